@@ -1,0 +1,66 @@
+// customconv: convolution-family ops for PyTorch, CPU and CUDA.
+//
+// Each function calls the registered op through the PyTorch dispatcher, so C++
+// callers get device dispatch and autograd exactly as torch.ops.customconv.*
+// does in Python. Arguments, their order and defaults mirror the op schemas.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#define CUSTOMCONV_API __attribute__((visibility("default")))
+
+namespace customconv {
+
+// The library's version, "MAJOR.MINOR.PATCH".
+CUSTOMCONV_API std::string version();
+
+// == F.conv2d: input (N, C, H, W) or (C, H, W), weight (K, C/groups, kh, kw).
+CUSTOMCONV_API at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight,
+                                 const std::optional<at::Tensor>& bias = std::nullopt,
+                                 c10::IntArrayRef stride = 1, c10::IntArrayRef padding = 0,
+                                 c10::IntArrayRef dilation = 1, int64_t groups = 1);
+
+// == F.unfold: (N, C, H, W) -> (N, C*kh*kw, L).
+CUSTOMCONV_API at::Tensor im2col(const at::Tensor& input, c10::IntArrayRef kernel_size,
+                                 c10::IntArrayRef stride = 1, c10::IntArrayRef padding = 0,
+                                 c10::IntArrayRef dilation = 1);
+
+// == F.fold: (N, C*kh*kw, L) -> (N, C, H, W) with (H, W) = output_size.
+CUSTOMCONV_API at::Tensor col2im(const at::Tensor& columns, c10::IntArrayRef output_size,
+                                 c10::IntArrayRef kernel_size, c10::IntArrayRef stride = 1,
+                                 c10::IntArrayRef padding = 0, c10::IntArrayRef dilation = 1);
+
+// Bound on the temporary memory of one im2col-based call (default 256 MiB;
+// environment variable CUSTOMCONV_WORKSPACE_MB). A chunk always holds at least
+// one image, so a call uses at most max(limit, one image's columns + GEMM output).
+CUSTOMCONV_API int64_t workspace_limit_bytes();
+CUSTOMCONV_API void set_workspace_limit_bytes(int64_t bytes);
+
+namespace detail {
+
+// The backward ops, registered as ops of their own (used by the autograd kernels).
+CUSTOMCONV_API at::Tensor conv2d_grad_input(const at::Tensor& grad_output,
+                                            const at::Tensor& input, const at::Tensor& weight,
+                                            c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                            c10::IntArrayRef dilation, int64_t groups);
+CUSTOMCONV_API at::Tensor conv2d_grad_weight(const at::Tensor& grad_output,
+                                             const at::Tensor& input, const at::Tensor& weight,
+                                             c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                             c10::IntArrayRef dilation, int64_t groups);
+CUSTOMCONV_API at::Tensor conv2d_grad_bias(const at::Tensor& grad_output);
+
+}  // namespace detail
+}  // namespace customconv
+
+// Referencing a symbol of the library from every file that includes this header
+// keeps the library linked (and its ops registered) even when the linker drops
+// libraries that look unused (--as-needed).
+extern "C" CUSTOMCONV_API int customconv_link_anchor();
+extern "C" {
+__attribute__((weak)) int (*customconv_link_anchor_ref)() = &customconv_link_anchor;
+}

@@ -1,0 +1,22 @@
+// The bound on the temporary memory that im2col-based ops allocate.
+//
+// conv2d and its backward ops process images in chunks: a chunk's column
+// buffer plus its GEMM result take at most `workspace_limit_bytes()`, except
+// that a chunk always holds at least one image. So the extra memory of one call
+// is at most max(limit, bytes for one image), where one image needs
+// (C*kh*kw + K) * H_out * W_out elements. The default limit is 256 MiB; the
+// environment variable CUSTOMCONV_WORKSPACE_MB (read once) or
+// set_workspace_limit_bytes() changes it.
+#pragma once
+
+#include "customconv/customconv.h"  // workspace_limit_bytes(), set_workspace_limit_bytes()
+
+#include <cstdint>
+
+namespace customconv {
+
+// How many of `n` images fit in the workspace when each needs `bytes_per_image`
+// (at least 1, at most n).
+int64_t images_per_chunk(int64_t n, int64_t bytes_per_image);
+
+}  // namespace customconv

@@ -1,0 +1,190 @@
+// Autograd kernels: torch::autograd::Function subclasses registered at the
+// Autograd key, so backward works from Python and from pure C++ alike. The
+// forward runs below autograd through the dispatcher; the backward calls the
+// backward ops, also through the dispatcher.
+#include "customconv/customconv.h"
+
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+namespace customconv {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+std::vector<int64_t> as_pair(c10::IntArrayRef v) {
+  return v.size() == 1 ? std::vector<int64_t>{v[0], v[0]} : v.vec();
+}
+
+class Conv2dFunction : public torch::autograd::Function<Conv2dFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
+                            const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                            c10::IntArrayRef stride, c10::IntArrayRef padding,
+                            c10::IntArrayRef dilation, int64_t groups) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    ctx->saved_data["stride"] = as_pair(stride);
+    ctx->saved_data["padding"] = as_pair(padding);
+    ctx->saved_data["dilation"] = as_pair(dilation);
+    ctx->saved_data["groups"] = groups;
+    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+    ctx->save_for_backward({input, weight});
+    return customconv::conv2d(input, weight, bias, stride, padding, dilation, groups);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& input = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor go = grads[0];
+    const auto stride = ctx->saved_data["stride"].toIntVector();
+    const auto padding = ctx->saved_data["padding"].toIntVector();
+    const auto dilation = ctx->saved_data["dilation"].toIntVector();
+    const int64_t groups = ctx->saved_data["groups"].toInt();
+    at::Tensor gi, gw, gb;
+    if (ctx->needs_input_grad(0)) {
+      gi = detail::conv2d_grad_input(go, input, weight, stride, padding, dilation, groups);
+    }
+    if (ctx->needs_input_grad(1)) {
+      gw = detail::conv2d_grad_weight(go, input, weight, stride, padding, dilation, groups);
+    }
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
+      gb = detail::conv2d_grad_bias(go);
+    }
+    return {gi, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+class Im2colFunction : public torch::autograd::Function<Im2colFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
+                            c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                            c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    // col2im's output_size is int[2]: under symbolic shapes, H and W specialize.
+    ctx->saved_data["image_size"] = std::vector<int64_t>{
+        input.sym_size(-2).guard_int(__FILE__, __LINE__),
+        input.sym_size(-1).guard_int(__FILE__, __LINE__)};
+    ctx->saved_data["kernel_size"] = as_pair(kernel_size);
+    ctx->saved_data["stride"] = as_pair(stride);
+    ctx->saved_data["padding"] = as_pair(padding);
+    ctx->saved_data["dilation"] = as_pair(dilation);
+    return customconv::im2col(input, kernel_size, stride, padding, dilation);
+  }
+
+  // The adjoint of im2col is col2im (differentiable in turn).
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor gi = customconv::col2im(
+        grads[0], ctx->saved_data["image_size"].toIntVector(),
+        ctx->saved_data["kernel_size"].toIntVector(), ctx->saved_data["stride"].toIntVector(),
+        ctx->saved_data["padding"].toIntVector(), ctx->saved_data["dilation"].toIntVector());
+    return {gi, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+class Col2imFunction : public torch::autograd::Function<Col2imFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& columns,
+                            c10::IntArrayRef output_size, c10::IntArrayRef kernel_size,
+                            c10::IntArrayRef stride, c10::IntArrayRef padding,
+                            c10::IntArrayRef dilation) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    ctx->saved_data["kernel_size"] = as_pair(kernel_size);
+    ctx->saved_data["stride"] = as_pair(stride);
+    ctx->saved_data["padding"] = as_pair(padding);
+    ctx->saved_data["dilation"] = as_pair(dilation);
+    return customconv::col2im(columns, output_size, kernel_size, stride, padding, dilation);
+  }
+
+  // The adjoint of col2im is im2col (differentiable in turn).
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor gc = customconv::im2col(
+        grads[0], ctx->saved_data["kernel_size"].toIntVector(),
+        ctx->saved_data["stride"].toIntVector(), ctx->saved_data["padding"].toIntVector(),
+        ctx->saved_data["dilation"].toIntVector());
+    return {gc, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Wraps a backward op so that differentiating it again is a clear error
+// rather than a silently missing gradient.
+template <class Op>
+class OnceDifferentiable : public torch::autograd::Function<OnceDifferentiable<Op>> {
+ public:
+  template <class... Args>
+  static at::Tensor forward(AutogradContext*, const Args&... args) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return Op::call(args...);
+  }
+  static variable_list backward(AutogradContext*, variable_list) {
+    TORCH_CHECK(false, "customconv::", Op::name,
+                ": double backward (differentiating a gradient of this op) is not supported");
+  }
+};
+
+struct GradInputOp {
+  static constexpr const char* name = "conv2d_grad_input";
+  template <class... Args>
+  static at::Tensor call(const Args&... a) { return detail::conv2d_grad_input(a...); }
+};
+struct GradWeightOp {
+  static constexpr const char* name = "conv2d_grad_weight";
+  template <class... Args>
+  static at::Tensor call(const Args&... a) { return detail::conv2d_grad_weight(a...); }
+};
+struct GradBiasOp {
+  static constexpr const char* name = "conv2d_grad_bias";
+  static at::Tensor call(const at::Tensor& g) { return detail::conv2d_grad_bias(g); }
+};
+
+at::Tensor conv2d_autograd(const at::Tensor& input, const at::Tensor& weight,
+                           const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                           c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
+  return Conv2dFunction::apply(input, weight, bias, stride, padding, dilation, groups);
+}
+
+at::Tensor im2col_autograd(const at::Tensor& input, c10::IntArrayRef kernel_size,
+                           c10::IntArrayRef stride, c10::IntArrayRef padding,
+                           c10::IntArrayRef dilation) {
+  return Im2colFunction::apply(input, kernel_size, stride, padding, dilation);
+}
+
+at::Tensor col2im_autograd(const at::Tensor& columns, c10::IntArrayRef output_size,
+                           c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                           c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  return Col2imFunction::apply(columns, output_size, kernel_size, stride, padding, dilation);
+}
+
+at::Tensor conv2d_grad_input_autograd(const at::Tensor& grad_output, const at::Tensor& input,
+                                      const at::Tensor& weight, c10::IntArrayRef stride,
+                                      c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                      int64_t groups) {
+  return OnceDifferentiable<GradInputOp>::apply(grad_output, input, weight, stride, padding,
+                                                dilation, groups);
+}
+
+at::Tensor conv2d_grad_weight_autograd(const at::Tensor& grad_output, const at::Tensor& input,
+                                       const at::Tensor& weight, c10::IntArrayRef stride,
+                                       c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                       int64_t groups) {
+  return OnceDifferentiable<GradWeightOp>::apply(grad_output, input, weight, stride, padding,
+                                                 dilation, groups);
+}
+
+at::Tensor conv2d_grad_bias_autograd(const at::Tensor& grad_output) {
+  return OnceDifferentiable<GradBiasOp>::apply(grad_output);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(customconv, Autograd, m) {
+  m.impl("conv2d", &conv2d_autograd);
+  m.impl("im2col", &im2col_autograd);
+  m.impl("col2im", &col2im_autograd);
+  m.impl("conv2d_grad_input", &conv2d_grad_input_autograd);
+  m.impl("conv2d_grad_weight", &conv2d_grad_weight_autograd);
+  m.impl("conv2d_grad_bias", &conv2d_grad_bias_autograd);
+}
+
+}  // namespace customconv

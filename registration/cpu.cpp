@@ -1,0 +1,56 @@
+// CPU kernels of every op.
+#include "ops/columns/column_ops.h"
+#include "ops/conv2d/conv2d.h"
+
+#include <torch/library.h>
+
+namespace customconv {
+namespace {
+
+at::Tensor conv2d_cpu(const at::Tensor& input, const at::Tensor& weight,
+                      const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                      c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
+  return conv2d_impl(cpu_column_kernels(), input, weight, bias, stride, padding, dilation, groups);
+}
+
+at::Tensor conv2d_grad_input_cpu(const at::Tensor& grad_output, const at::Tensor& input,
+                                 const at::Tensor& weight, c10::IntArrayRef stride,
+                                 c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                 int64_t groups) {
+  return conv2d_grad_input_impl(cpu_column_kernels(), grad_output, input, weight, stride, padding,
+                                dilation, groups);
+}
+
+at::Tensor conv2d_grad_weight_cpu(const at::Tensor& grad_output, const at::Tensor& input,
+                                  const at::Tensor& weight, c10::IntArrayRef stride,
+                                  c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                  int64_t groups) {
+  return conv2d_grad_weight_impl(cpu_column_kernels(), grad_output, input, weight, stride,
+                                 padding, dilation, groups);
+}
+
+at::Tensor im2col_cpu_op(const at::Tensor& input, c10::IntArrayRef kernel_size,
+                         c10::IntArrayRef stride, c10::IntArrayRef padding,
+                         c10::IntArrayRef dilation) {
+  return im2col_impl(cpu_column_kernels(), input, kernel_size, stride, padding, dilation);
+}
+
+at::Tensor col2im_cpu_op(const at::Tensor& columns, c10::IntArrayRef output_size,
+                         c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                         c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  return col2im_impl(cpu_column_kernels(), columns, output_size, kernel_size, stride, padding,
+                     dilation);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(customconv, CPU, m) {
+  m.impl("conv2d", &conv2d_cpu);
+  m.impl("conv2d_grad_input", &conv2d_grad_input_cpu);
+  m.impl("conv2d_grad_weight", &conv2d_grad_weight_cpu);
+  m.impl("conv2d_grad_bias", &conv2d_grad_bias_impl);
+  m.impl("im2col", &im2col_cpu_op);
+  m.impl("col2im", &col2im_cpu_op);
+}
+
+}  // namespace customconv

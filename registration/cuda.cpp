@@ -1,0 +1,74 @@
+// CUDA kernels of every op. Each entry point pins the input's device; the
+// kernels launch on the current stream.
+#include "ops/columns/column_ops.h"
+#include "ops/conv2d/conv2d.h"
+
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+namespace customconv {
+namespace {
+
+// The device to pin; none for a CPU tensor, which the op's checks then refuse
+// with a clear mixed-device error.
+std::optional<c10::Device> cuda_device_of(const at::Tensor& t) {
+  return t.is_cuda() ? std::optional<c10::Device>(t.device()) : std::nullopt;
+}
+
+at::Tensor conv2d_cuda(const at::Tensor& input, const at::Tensor& weight,
+                      const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                      c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(input));
+  return conv2d_impl(cuda_column_kernels(), input, weight, bias, stride, padding, dilation, groups);
+}
+
+at::Tensor conv2d_grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& input,
+                                 const at::Tensor& weight, c10::IntArrayRef stride,
+                                 c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                 int64_t groups) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
+  return conv2d_grad_input_impl(cuda_column_kernels(), grad_output, input, weight, stride, padding,
+                                dilation, groups);
+}
+
+at::Tensor conv2d_grad_weight_cuda(const at::Tensor& grad_output, const at::Tensor& input,
+                                  const at::Tensor& weight, c10::IntArrayRef stride,
+                                  c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                  int64_t groups) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
+  return conv2d_grad_weight_impl(cuda_column_kernels(), grad_output, input, weight, stride,
+                                 padding, dilation, groups);
+}
+
+at::Tensor im2col_cuda_op(const at::Tensor& input, c10::IntArrayRef kernel_size,
+                         c10::IntArrayRef stride, c10::IntArrayRef padding,
+                         c10::IntArrayRef dilation) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(input));
+  return im2col_impl(cuda_column_kernels(), input, kernel_size, stride, padding, dilation);
+}
+
+at::Tensor col2im_cuda_op(const at::Tensor& columns, c10::IntArrayRef output_size,
+                         c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                         c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(columns));
+  return col2im_impl(cuda_column_kernels(), columns, output_size, kernel_size, stride, padding,
+                     dilation);
+}
+
+at::Tensor conv2d_grad_bias_cuda(const at::Tensor& grad_output) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
+  return conv2d_grad_bias_impl(grad_output);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(customconv, CUDA, m) {
+  m.impl("conv2d", &conv2d_cuda);
+  m.impl("conv2d_grad_input", &conv2d_grad_input_cuda);
+  m.impl("conv2d_grad_weight", &conv2d_grad_weight_cuda);
+  m.impl("conv2d_grad_bias", &conv2d_grad_bias_cuda);
+  m.impl("im2col", &im2col_cuda_op);
+  m.impl("col2im", &col2im_cuda_op);
+}
+
+}  // namespace customconv

@@ -1,0 +1,82 @@
+// Meta kernels: output shapes from the same checks the CPU and CUDA kernels
+// run (ops/common), with symbolic sizes. FakeTensor uses these under
+// torch.compile, torch.export and AOTInductor.
+#include "ops/common/conv_shapes.h"
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+namespace customconv {
+namespace {
+
+using Sym = c10::SymInt;
+
+std::vector<Sym> image_sizes(bool batched, Sym n, Sym c, Sym h, Sym w) {
+  if (batched) return {std::move(n), std::move(c), std::move(h), std::move(w)};
+  return {std::move(c), std::move(h), std::move(w)};
+}
+
+at::Tensor conv2d_meta(const at::Tensor& input, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                       c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
+  const auto s = check_conv2d<Sym>("conv2d", input, weight, bias, stride, padding, dilation, groups);
+  return at::empty_symint(image_sizes(s.in.batched, s.in.n, s.k, s.oh, s.ow), input.options());
+}
+
+at::Tensor conv2d_grad_input_meta(const at::Tensor& grad_output, const at::Tensor& input,
+                                  const at::Tensor& weight, c10::IntArrayRef stride,
+                                  c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                  int64_t groups) {
+  const char* op = "conv2d_grad_input";
+  const auto s = check_conv2d<Sym>(op, input, weight, std::nullopt, stride, padding, dilation, groups);
+  check_conv2d_grad_output(op, grad_output, input, s);
+  return at::empty_symint(input.sym_sizes(), input.options());
+}
+
+at::Tensor conv2d_grad_weight_meta(const at::Tensor& grad_output, const at::Tensor& input,
+                                   const at::Tensor& weight, c10::IntArrayRef stride,
+                                   c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                   int64_t groups) {
+  const char* op = "conv2d_grad_weight";
+  const auto s = check_conv2d<Sym>(op, input, weight, std::nullopt, stride, padding, dilation, groups);
+  check_conv2d_grad_output(op, grad_output, input, s);
+  return at::empty_symint(weight.sym_sizes(), weight.options());
+}
+
+at::Tensor conv2d_grad_bias_meta(const at::Tensor& grad_output) {
+  check_dims("conv2d_grad_bias", "grad_output", grad_output, {3, 4});
+  check_floating("conv2d_grad_bias", "grad_output", grad_output);
+  return at::empty_symint({grad_output.sym_size(grad_output.dim() - 3)}, grad_output.options());
+}
+
+at::Tensor im2col_meta(const at::Tensor& input, c10::IntArrayRef kernel_size,
+                       c10::IntArrayRef stride, c10::IntArrayRef padding,
+                       c10::IntArrayRef dilation) {
+  const auto s = check_im2col<Sym>("im2col", input, kernel_size, stride, padding, dilation);
+  const Sym rows = s.in.c * (s.win.kh * s.win.kw);
+  std::vector<Sym> sizes{rows, s.oh * s.ow};
+  if (s.in.batched) sizes.insert(sizes.begin(), s.in.n);
+  return at::empty_symint(sizes, input.options());
+}
+
+at::Tensor col2im_meta(const at::Tensor& columns, c10::IntArrayRef output_size,
+                       c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                       c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  const auto s = check_col2im<Sym>("col2im", columns, output_size, kernel_size, stride, padding,
+                                   dilation);
+  return at::empty_symint(image_sizes(s.in.batched, s.in.n, s.in.c, s.in.h, s.in.w),
+                          columns.options());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(customconv, Meta, m) {
+  m.impl("conv2d", &conv2d_meta);
+  m.impl("conv2d_grad_input", &conv2d_grad_input_meta);
+  m.impl("conv2d_grad_weight", &conv2d_grad_weight_meta);
+  m.impl("conv2d_grad_bias", &conv2d_grad_bias_meta);
+  m.impl("im2col", &im2col_meta);
+  m.impl("col2im", &col2im_meta);
+}
+
+}  // namespace customconv

@@ -1,0 +1,75 @@
+// The public C++ functions: typed handles on the dispatcher, so C++ callers go
+// through autograd and device dispatch like Python callers do.
+#include "customconv/customconv.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+namespace customconv {
+namespace {
+
+template <class Signature>
+c10::TypedOperatorHandle<Signature> handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+
+using Conv2dSig = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                             c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, int64_t);
+using Im2colSig = at::Tensor(const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef,
+                             c10::IntArrayRef, c10::IntArrayRef);
+using Col2imSig = at::Tensor(const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef,
+                             c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef);
+using Conv2dGradSig = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                 c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, int64_t);
+
+}  // namespace
+
+std::string version() { return CUSTOMCONV_VERSION; }
+
+at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight,
+                  const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                  c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
+  static const auto op = handle<Conv2dSig>("customconv::conv2d");
+  return op.call(input, weight, bias, stride, padding, dilation, groups);
+}
+
+at::Tensor im2col(const at::Tensor& input, c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                  c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  static const auto op = handle<Im2colSig>("customconv::im2col");
+  return op.call(input, kernel_size, stride, padding, dilation);
+}
+
+at::Tensor col2im(const at::Tensor& columns, c10::IntArrayRef output_size,
+                  c10::IntArrayRef kernel_size, c10::IntArrayRef stride, c10::IntArrayRef padding,
+                  c10::IntArrayRef dilation) {
+  static const auto op = handle<Col2imSig>("customconv::col2im");
+  return op.call(columns, output_size, kernel_size, stride, padding, dilation);
+}
+
+namespace detail {
+
+at::Tensor conv2d_grad_input(const at::Tensor& grad_output, const at::Tensor& input,
+                             const at::Tensor& weight, c10::IntArrayRef stride,
+                             c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                             int64_t groups) {
+  static const auto op = handle<Conv2dGradSig>("customconv::conv2d_grad_input");
+  return op.call(grad_output, input, weight, stride, padding, dilation, groups);
+}
+
+at::Tensor conv2d_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
+                              const at::Tensor& weight, c10::IntArrayRef stride,
+                              c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                              int64_t groups) {
+  static const auto op = handle<Conv2dGradSig>("customconv::conv2d_grad_weight");
+  return op.call(grad_output, input, weight, stride, padding, dilation, groups);
+}
+
+at::Tensor conv2d_grad_bias(const at::Tensor& grad_output) {
+  static const auto op = handle<at::Tensor(const at::Tensor&)>("customconv::conv2d_grad_bias");
+  return op.call(grad_output);
+}
+
+}  // namespace detail
+
+}  // namespace customconv
+
+extern "C" int customconv_link_anchor() { return 0; }

@@ -1,0 +1,31 @@
+// The one table of the API: every op's schema. Kernels for each dispatch key
+// are registered in the files beside this one (cpu.cpp, cuda.cpp, meta.cpp,
+// autograd.cpp).
+#include <torch/library.h>
+
+TORCH_LIBRARY(customconv, m) {
+  const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
+  m.def(
+      "conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, "
+      "int[2] padding=0, int[2] dilation=1, int groups=1) -> Tensor",
+      tags);
+  m.def(
+      "im2col(Tensor input, int[2] kernel_size, int[2] stride=1, int[2] padding=0, "
+      "int[2] dilation=1) -> Tensor",
+      tags);
+  m.def(
+      "col2im(Tensor columns, int[2] output_size, int[2] kernel_size, int[2] stride=1, "
+      "int[2] padding=0, int[2] dilation=1) -> Tensor",
+      tags);
+
+  // Backward ops (im2col and col2im are each other's backward).
+  m.def(
+      "conv2d_grad_input(Tensor grad_output, Tensor input, Tensor weight, int[2] stride, "
+      "int[2] padding, int[2] dilation, int groups) -> Tensor",
+      tags);
+  m.def(
+      "conv2d_grad_weight(Tensor grad_output, Tensor input, Tensor weight, int[2] stride, "
+      "int[2] padding, int[2] dilation, int groups) -> Tensor",
+      tags);
+  m.def("conv2d_grad_bias(Tensor grad_output) -> Tensor", tags);
+}
