@@ -1,0 +1,41 @@
+"""customconv: convolution-family ops for PyTorch with CPU and CUDA kernels.
+
+Importing the package loads the compiled library, which registers the ops as
+``torch.ops.customconv.*`` together with their autograd and meta (fake-tensor)
+kernels. The functional wrappers and ``customconv.nn`` modules call those ops.
+"""
+
+import torch
+
+from ._library import load_library
+
+LIBRARY_PATH = load_library()
+
+from . import functional, nn  # noqa: E402  (the ops must be registered first)
+from .functional import col2im, conv2d, im2col  # noqa: E402
+
+__version__ = "0.1.0"
+
+#: Every op of the library, forward and backward.
+OPS = (
+    "conv2d",
+    "im2col",
+    "col2im",
+    "conv2d_grad_input",
+    "conv2d_grad_weight",
+    "conv2d_grad_bias",
+)
+
+
+def _check_fake_kernels():
+    # The fake (meta) kernels are registered by the library itself, from the
+    # same C++ checks and shape arithmetic as the CPU and CUDA kernels, so
+    # torch.compile / torch.export see exactly the kernels' rules.
+    for name in OPS:
+        if not torch._C._dispatch_has_kernel_for_dispatch_key("customconv::" + name, "Meta"):
+            raise ImportError(f"customconv: {LIBRARY_PATH} registers no meta kernel for {name}")
+
+
+_check_fake_kernels()
+
+__all__ = ["conv2d", "im2col", "col2im", "functional", "nn", "OPS", "LIBRARY_PATH", "__version__"]

@@ -1,0 +1,81 @@
+"""Functional forms of the ops, with the signatures of their torch.nn.functional
+counterparts where one exists."""
+
+from typing import List, Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+IntPair = Union[int, Tuple[int, int], List[int]]
+
+
+def _pair(v: IntPair) -> List[int]:
+    if isinstance(v, int):
+        return [v, v]
+    return [int(x) for x in v]
+
+
+def same_padding(kernel_size: IntPair, dilation: IntPair) -> List[int]:
+    """F.pad amounts (left, right, top, bottom) that keep H and W at stride 1."""
+    kh, kw = _pair(kernel_size)
+    dh, dw = _pair(dilation)
+    total_h, total_w = dh * (kh - 1), dw * (kw - 1)
+    return [total_w // 2, total_w - total_w // 2, total_h // 2, total_h - total_h // 2]
+
+
+def conv2d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor] = None,
+    stride: IntPair = 1,
+    padding: Union[IntPair, str] = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+) -> Tensor:
+    """Same as F.conv2d (padding may be "valid" or "same", as there)."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = 0
+        elif padding == "same":
+            if _pair(stride) != [1, 1]:
+                raise ValueError("customconv.conv2d: padding='same' needs stride 1, as in F.conv2d")
+            input = F.pad(input, same_padding(weight.shape[-2:], dilation))
+            padding = 0
+        else:
+            raise ValueError(
+                f"customconv.conv2d: padding must be 'valid', 'same' or integers; got {padding!r}"
+            )
+    return torch.ops.customconv.conv2d(
+        input, weight, bias, _pair(stride), _pair(padding), _pair(dilation), groups
+    )
+
+
+def im2col(
+    input: Tensor,
+    kernel_size: IntPair,
+    dilation: IntPair = 1,
+    padding: IntPair = 0,
+    stride: IntPair = 1,
+) -> Tensor:
+    """Same as F.unfold, with F.unfold's argument order (the op's order differs:
+    kernel_size, stride, padding, dilation)."""
+    return torch.ops.customconv.im2col(
+        input, _pair(kernel_size), _pair(stride), _pair(padding), _pair(dilation)
+    )
+
+
+def col2im(
+    input: Tensor,
+    output_size: IntPair,
+    kernel_size: IntPair,
+    dilation: IntPair = 1,
+    padding: IntPair = 0,
+    stride: IntPair = 1,
+) -> Tensor:
+    """Same as F.fold, with F.fold's argument order (the op's order differs:
+    output_size, kernel_size, stride, padding, dilation)."""
+    return torch.ops.customconv.col2im(
+        input, _pair(output_size), _pair(kernel_size), _pair(stride), _pair(padding),
+        _pair(dilation)
+    )
