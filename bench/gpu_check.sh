@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On a GPU machine: configure, build (CUDA for one arch), run the whole ctest
+# suite with the CUDA tests live, and write logs and a summary to OUTDIR.
+#
+#   bash bench/gpu_check.sh OUTDIR          (env: PYTHON, CUDA_ARCHS=90, BUILD_DIR)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=$(realpath -m "${1:-gpu-results}")
+PY=${PYTHON:-python3}
+BUILD=${BUILD_DIR:-build-gpu}
+mkdir -p "$OUT"
+
+step() {  # step NAME COMMAND...: runs COMMAND with output in OUT/NAME.log, prints the outcome
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  printf '%-10s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - t0))" | tee -a "$OUT/summary.txt"
+  return $rc
+}
+
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())"
+} > "$OUT/summary.txt" 2>&1
+
+step configure cmake -S . -B "$BUILD" -G Ninja -DCUSTOMCONV_CUDA=ON \
+  -DCUSTOMCONV_CUDA_ARCHS="${CUDA_ARCHS:-90}" -DCUSTOMCONV_PYTHON="$PY" || exit 1
+step build cmake --build "$BUILD" -j "$(nproc)" || { tail -40 "$OUT/build.log"; exit 1; }
+# The pytest files run once, directly, so their pass/skip counts show; ctest runs the rest.
+step ctest ctest --test-dir "$BUILD" -j 4 -E '^python\.' --output-on-failure
+step pytest env PYTHONPATH="$PWD/python_stub" CUSTOMCONV_LIBRARY="$PWD/$BUILD/libcustomconv.so" \
+  "$PY" -m pytest -q -rs -p no:cacheprovider tests/python
+
+echo "---- failed or skipped tests" >> "$OUT/summary.txt"
+grep -E "\*\*\*Failed|Not Run|\*\*\*Skipped|Exception" "$OUT/ctest.log" >> "$OUT/summary.txt"
+grep -E "tests passed|Total Test time" "$OUT/ctest.log" >> "$OUT/summary.txt"
+grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | head -40 >> "$OUT/summary.txt"
+tail -1 "$OUT/pytest.log" >> "$OUT/summary.txt"
+cat "$OUT/summary.txt"
