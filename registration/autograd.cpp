@@ -56,6 +56,43 @@ class Conv2dFunction : public torch::autograd::Function<Conv2dFunction> {
   }
 };
 
+class DepthwiseConv2dFunction : public torch::autograd::Function<DepthwiseConv2dFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
+                            const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                            c10::IntArrayRef stride, c10::IntArrayRef padding,
+                            c10::IntArrayRef dilation) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    ctx->saved_data["stride"] = as_pair(stride);
+    ctx->saved_data["padding"] = as_pair(padding);
+    ctx->saved_data["dilation"] = as_pair(dilation);
+    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+    ctx->save_for_backward({input, weight});
+    return customconv::depthwise_conv2d(input, weight, bias, stride, padding, dilation);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& input = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor go = grads[0];
+    const auto stride = ctx->saved_data["stride"].toIntVector();
+    const auto padding = ctx->saved_data["padding"].toIntVector();
+    const auto dilation = ctx->saved_data["dilation"].toIntVector();
+    at::Tensor gi, gw, gb;
+    if (ctx->needs_input_grad(0)) {
+      gi = detail::depthwise_conv2d_grad_input(go, input, weight, stride, padding, dilation);
+    }
+    if (ctx->needs_input_grad(1)) {
+      gw = detail::depthwise_conv2d_grad_weight(go, input, weight, stride, padding, dilation);
+    }
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
+      gb = detail::conv2d_grad_bias(go);
+    }
+    return {gi, gw, gb, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 class Im2colFunction : public torch::autograd::Function<Im2colFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
@@ -133,6 +170,16 @@ struct GradWeightOp {
   template <class... Args>
   static at::Tensor call(const Args&... a) { return detail::conv2d_grad_weight(a...); }
 };
+struct DepthwiseGradInputOp {
+  static constexpr const char* name = "depthwise_conv2d_grad_input";
+  template <class... Args>
+  static at::Tensor call(const Args&... a) { return detail::depthwise_conv2d_grad_input(a...); }
+};
+struct DepthwiseGradWeightOp {
+  static constexpr const char* name = "depthwise_conv2d_grad_weight";
+  template <class... Args>
+  static at::Tensor call(const Args&... a) { return detail::depthwise_conv2d_grad_weight(a...); }
+};
 struct GradBiasOp {
   static constexpr const char* name = "conv2d_grad_bias";
   static at::Tensor call(const at::Tensor& g) { return detail::conv2d_grad_bias(g); }
@@ -142,6 +189,31 @@ at::Tensor conv2d_autograd(const at::Tensor& input, const at::Tensor& weight,
                            const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                            c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
   return Conv2dFunction::apply(input, weight, bias, stride, padding, dilation, groups);
+}
+
+at::Tensor depthwise_conv2d_autograd(const at::Tensor& input, const at::Tensor& weight,
+                                     const std::optional<at::Tensor>& bias,
+                                     c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                     c10::IntArrayRef dilation) {
+  return DepthwiseConv2dFunction::apply(input, weight, bias, stride, padding, dilation);
+}
+
+at::Tensor depthwise_conv2d_grad_input_autograd(const at::Tensor& grad_output,
+                                                const at::Tensor& input, const at::Tensor& weight,
+                                                c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                                c10::IntArrayRef dilation) {
+  return OnceDifferentiable<DepthwiseGradInputOp>::apply(grad_output, input, weight, stride,
+                                                         padding, dilation);
+}
+
+at::Tensor depthwise_conv2d_grad_weight_autograd(const at::Tensor& grad_output,
+                                                 const at::Tensor& input,
+                                                 const at::Tensor& weight,
+                                                 c10::IntArrayRef stride,
+                                                 c10::IntArrayRef padding,
+                                                 c10::IntArrayRef dilation) {
+  return OnceDifferentiable<DepthwiseGradWeightOp>::apply(grad_output, input, weight, stride,
+                                                          padding, dilation);
 }
 
 at::Tensor im2col_autograd(const at::Tensor& input, c10::IntArrayRef kernel_size,
@@ -180,6 +252,9 @@ at::Tensor conv2d_grad_bias_autograd(const at::Tensor& grad_output) {
 
 TORCH_LIBRARY_IMPL(customconv, Autograd, m) {
   m.impl("conv2d", &conv2d_autograd);
+  m.impl("depthwise_conv2d", &depthwise_conv2d_autograd);
+  m.impl("depthwise_conv2d_grad_input", &depthwise_conv2d_grad_input_autograd);
+  m.impl("depthwise_conv2d_grad_weight", &depthwise_conv2d_grad_weight_autograd);
   m.impl("im2col", &im2col_autograd);
   m.impl("col2im", &col2im_autograd);
   m.impl("conv2d_grad_input", &conv2d_grad_input_autograd);

@@ -1,6 +1,7 @@
 // CPU kernels of every op.
 #include "ops/columns/column_ops.h"
 #include "ops/conv2d/conv2d.h"
+#include "ops/depthwise/depthwise.h"
 
 #include <torch/library.h>
 
@@ -42,6 +43,26 @@ at::Tensor col2im_cpu_op(const at::Tensor& columns, c10::IntArrayRef output_size
                      dilation);
 }
 
+at::Tensor depthwise_conv2d_cpu(const at::Tensor& input, const at::Tensor& weight,
+                                const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  return depthwise_conv2d_impl(cpu_depthwise_kernels(), input, weight, bias, stride, padding, dilation);
+}
+
+at::Tensor depthwise_conv2d_grad_input_cpu(const at::Tensor& grad_output, const at::Tensor& input,
+                                           const at::Tensor& weight, c10::IntArrayRef stride,
+                                           c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  return depthwise_conv2d_grad_input_impl(cpu_depthwise_kernels(), grad_output, input, weight, stride,
+                                          padding, dilation);
+}
+
+at::Tensor depthwise_conv2d_grad_weight_cpu(const at::Tensor& grad_output, const at::Tensor& input,
+                                            const at::Tensor& weight, c10::IntArrayRef stride,
+                                            c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  return depthwise_conv2d_grad_weight_impl(cpu_depthwise_kernels(), grad_output, input, weight, stride,
+                                           padding, dilation);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(customconv, CPU, m) {
@@ -49,6 +70,9 @@ TORCH_LIBRARY_IMPL(customconv, CPU, m) {
   m.impl("conv2d_grad_input", &conv2d_grad_input_cpu);
   m.impl("conv2d_grad_weight", &conv2d_grad_weight_cpu);
   m.impl("conv2d_grad_bias", &conv2d_grad_bias_impl);
+  m.impl("depthwise_conv2d", &depthwise_conv2d_cpu);
+  m.impl("depthwise_conv2d_grad_input", &depthwise_conv2d_grad_input_cpu);
+  m.impl("depthwise_conv2d_grad_weight", &depthwise_conv2d_grad_weight_cpu);
   m.impl("im2col", &im2col_cpu_op);
   m.impl("col2im", &col2im_cpu_op);
 }

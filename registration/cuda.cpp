@@ -2,6 +2,7 @@
 // kernels launch on the current stream.
 #include "ops/columns/column_ops.h"
 #include "ops/conv2d/conv2d.h"
+#include "ops/depthwise/depthwise.h"
 
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -60,6 +61,29 @@ at::Tensor conv2d_grad_bias_cuda(const at::Tensor& grad_output) {
   return conv2d_grad_bias_impl(grad_output);
 }
 
+at::Tensor depthwise_conv2d_cuda(const at::Tensor& input, const at::Tensor& weight,
+                                const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(input));
+  return depthwise_conv2d_impl(cuda_depthwise_kernels(), input, weight, bias, stride, padding, dilation);
+}
+
+at::Tensor depthwise_conv2d_grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& input,
+                                           const at::Tensor& weight, c10::IntArrayRef stride,
+                                           c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
+  return depthwise_conv2d_grad_input_impl(cuda_depthwise_kernels(), grad_output, input, weight, stride,
+                                          padding, dilation);
+}
+
+at::Tensor depthwise_conv2d_grad_weight_cuda(const at::Tensor& grad_output, const at::Tensor& input,
+                                            const at::Tensor& weight, c10::IntArrayRef stride,
+                                            c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
+  return depthwise_conv2d_grad_weight_impl(cuda_depthwise_kernels(), grad_output, input, weight, stride,
+                                           padding, dilation);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(customconv, CUDA, m) {
@@ -67,6 +91,9 @@ TORCH_LIBRARY_IMPL(customconv, CUDA, m) {
   m.impl("conv2d_grad_input", &conv2d_grad_input_cuda);
   m.impl("conv2d_grad_weight", &conv2d_grad_weight_cuda);
   m.impl("conv2d_grad_bias", &conv2d_grad_bias_cuda);
+  m.impl("depthwise_conv2d", &depthwise_conv2d_cuda);
+  m.impl("depthwise_conv2d_grad_input", &depthwise_conv2d_grad_input_cuda);
+  m.impl("depthwise_conv2d_grad_weight", &depthwise_conv2d_grad_weight_cuda);
   m.impl("im2col", &im2col_cuda_op);
   m.impl("col2im", &col2im_cuda_op);
 }

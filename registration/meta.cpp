@@ -49,6 +49,41 @@ at::Tensor conv2d_grad_bias_meta(const at::Tensor& grad_output) {
   return at::empty_symint({grad_output.sym_size(grad_output.dim() - 3)}, grad_output.options());
 }
 
+at::Tensor depthwise_conv2d_meta(const at::Tensor& input, const at::Tensor& weight,
+                                 const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                 c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  const auto s = check_depthwise_conv2d<Sym>("depthwise_conv2d", input, weight, bias, stride,
+                                             padding, dilation);
+  return at::empty_symint(image_sizes(s.in.batched, s.in.n, s.k, s.oh, s.ow), input.options());
+}
+
+// The backward ops return a tensor shaped like `like` (the input or the weight).
+at::Tensor depthwise_grad_meta(const char* op, const at::Tensor& grad_output,
+                               const at::Tensor& input, const at::Tensor& weight,
+                               c10::IntArrayRef stride, c10::IntArrayRef padding,
+                               c10::IntArrayRef dilation, const at::Tensor& like) {
+  const auto s = check_depthwise_conv2d<Sym>(op, input, weight, std::nullopt, stride, padding,
+                                             dilation);
+  check_conv2d_grad_output(op, grad_output, input, s);
+  return at::empty_symint(like.sym_sizes(), like.options());
+}
+
+at::Tensor depthwise_conv2d_grad_input_meta(const at::Tensor& grad_output,
+                                            const at::Tensor& input, const at::Tensor& weight,
+                                            c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                            c10::IntArrayRef dilation) {
+  return depthwise_grad_meta("depthwise_conv2d_grad_input", grad_output, input, weight, stride,
+                             padding, dilation, input);
+}
+
+at::Tensor depthwise_conv2d_grad_weight_meta(const at::Tensor& grad_output,
+                                             const at::Tensor& input, const at::Tensor& weight,
+                                             c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                             c10::IntArrayRef dilation) {
+  return depthwise_grad_meta("depthwise_conv2d_grad_weight", grad_output, input, weight, stride,
+                             padding, dilation, weight);
+}
+
 at::Tensor im2col_meta(const at::Tensor& input, c10::IntArrayRef kernel_size,
                        c10::IntArrayRef stride, c10::IntArrayRef padding,
                        c10::IntArrayRef dilation) {
@@ -75,6 +110,9 @@ TORCH_LIBRARY_IMPL(customconv, Meta, m) {
   m.impl("conv2d_grad_input", &conv2d_grad_input_meta);
   m.impl("conv2d_grad_weight", &conv2d_grad_weight_meta);
   m.impl("conv2d_grad_bias", &conv2d_grad_bias_meta);
+  m.impl("depthwise_conv2d", &depthwise_conv2d_meta);
+  m.impl("depthwise_conv2d_grad_input", &depthwise_conv2d_grad_input_meta);
+  m.impl("depthwise_conv2d_grad_weight", &depthwise_conv2d_grad_weight_meta);
   m.impl("im2col", &im2col_meta);
   m.impl("col2im", &col2im_meta);
 }

@@ -14,6 +14,11 @@ c10::TypedOperatorHandle<Signature> handle(const char* name) {
 
 using Conv2dSig = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                              c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, int64_t);
+using DepthwiseSig = at::Tensor(const at::Tensor&, const at::Tensor&,
+                                const std::optional<at::Tensor>&, c10::IntArrayRef,
+                                c10::IntArrayRef, c10::IntArrayRef);
+using DepthwiseGradSig = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                    c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef);
 using Im2colSig = at::Tensor(const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef,
                              c10::IntArrayRef, c10::IntArrayRef);
 using Col2imSig = at::Tensor(const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef,
@@ -30,6 +35,13 @@ at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight,
                   c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
   static const auto op = handle<Conv2dSig>("customconv::conv2d");
   return op.call(input, weight, bias, stride, padding, dilation, groups);
+}
+
+at::Tensor depthwise_conv2d(const at::Tensor& input, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                            c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  static const auto op = handle<DepthwiseSig>("customconv::depthwise_conv2d");
+  return op.call(input, weight, bias, stride, padding, dilation);
 }
 
 at::Tensor im2col(const at::Tensor& input, c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
@@ -66,6 +78,20 @@ at::Tensor conv2d_grad_weight(const at::Tensor& grad_output, const at::Tensor& i
 at::Tensor conv2d_grad_bias(const at::Tensor& grad_output) {
   static const auto op = handle<at::Tensor(const at::Tensor&)>("customconv::conv2d_grad_bias");
   return op.call(grad_output);
+}
+
+at::Tensor depthwise_conv2d_grad_input(const at::Tensor& grad_output, const at::Tensor& input,
+                                       const at::Tensor& weight, c10::IntArrayRef stride,
+                                       c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  static const auto op = handle<DepthwiseGradSig>("customconv::depthwise_conv2d_grad_input");
+  return op.call(grad_output, input, weight, stride, padding, dilation);
+}
+
+at::Tensor depthwise_conv2d_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
+                                        const at::Tensor& weight, c10::IntArrayRef stride,
+                                        c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  static const auto op = handle<DepthwiseGradSig>("customconv::depthwise_conv2d_grad_weight");
+  return op.call(grad_output, input, weight, stride, padding, dilation);
 }
 
 }  // namespace detail

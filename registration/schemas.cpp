@@ -10,6 +10,10 @@ TORCH_LIBRARY(customconv, m) {
       "int[2] padding=0, int[2] dilation=1, int groups=1) -> Tensor",
       tags);
   m.def(
+      "depthwise_conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, "
+      "int[2] padding=0, int[2] dilation=1) -> Tensor",
+      tags);
+  m.def(
       "im2col(Tensor input, int[2] kernel_size, int[2] stride=1, int[2] padding=0, "
       "int[2] dilation=1) -> Tensor",
       tags);
@@ -27,5 +31,14 @@ TORCH_LIBRARY(customconv, m) {
       "conv2d_grad_weight(Tensor grad_output, Tensor input, Tensor weight, int[2] stride, "
       "int[2] padding, int[2] dilation, int groups) -> Tensor",
       tags);
+  // Also the bias gradient of depthwise_conv2d.
   m.def("conv2d_grad_bias(Tensor grad_output) -> Tensor", tags);
+  m.def(
+      "depthwise_conv2d_grad_input(Tensor grad_output, Tensor input, Tensor weight, "
+      "int[2] stride, int[2] padding, int[2] dilation) -> Tensor",
+      tags);
+  m.def(
+      "depthwise_conv2d_grad_weight(Tensor grad_output, Tensor input, Tensor weight, "
+      "int[2] stride, int[2] padding, int[2] dilation) -> Tensor",
+      tags);
 }

@@ -25,6 +25,14 @@ CUSTOMCONV_API at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weig
                                  c10::IntArrayRef stride = 1, c10::IntArrayRef padding = 0,
                                  c10::IntArrayRef dilation = 1, int64_t groups = 1);
 
+// == F.conv2d(input, weight, bias, stride, padding, dilation, groups=C) with
+// weight (C*m, 1, kh, kw), channel multiplier m >= 1; direct kernels.
+CUSTOMCONV_API at::Tensor depthwise_conv2d(const at::Tensor& input, const at::Tensor& weight,
+                                           const std::optional<at::Tensor>& bias = std::nullopt,
+                                           c10::IntArrayRef stride = 1,
+                                           c10::IntArrayRef padding = 0,
+                                           c10::IntArrayRef dilation = 1);
+
 // == F.unfold: (N, C, H, W) -> (N, C*kh*kw, L).
 CUSTOMCONV_API at::Tensor im2col(const at::Tensor& input, c10::IntArrayRef kernel_size,
                                  c10::IntArrayRef stride = 1, c10::IntArrayRef padding = 0,
@@ -53,6 +61,18 @@ CUSTOMCONV_API at::Tensor conv2d_grad_weight(const at::Tensor& grad_output,
                                              c10::IntArrayRef stride, c10::IntArrayRef padding,
                                              c10::IntArrayRef dilation, int64_t groups);
 CUSTOMCONV_API at::Tensor conv2d_grad_bias(const at::Tensor& grad_output);
+CUSTOMCONV_API at::Tensor depthwise_conv2d_grad_input(const at::Tensor& grad_output,
+                                                      const at::Tensor& input,
+                                                      const at::Tensor& weight,
+                                                      c10::IntArrayRef stride,
+                                                      c10::IntArrayRef padding,
+                                                      c10::IntArrayRef dilation);
+CUSTOMCONV_API at::Tensor depthwise_conv2d_grad_weight(const at::Tensor& grad_output,
+                                                       const at::Tensor& input,
+                                                       const at::Tensor& weight,
+                                                       c10::IntArrayRef stride,
+                                                       c10::IntArrayRef padding,
+                                                       c10::IntArrayRef dilation);
 
 }  // namespace detail
 }  // namespace customconv

@@ -91,6 +91,26 @@ Conv2dShape<I> check_conv2d(const char* op, const at::Tensor& input, const at::T
   return s;
 }
 
+// depthwise_conv2d: conv2d with groups == C and weight (C*m, 1, kh, kw), m >= 1.
+template <class I>
+Conv2dShape<I> check_depthwise_conv2d(const char* op, const at::Tensor& input,
+                                      const at::Tensor& weight,
+                                      const std::optional<at::Tensor>& bias,
+                                      c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                      c10::IntArrayRef dilation) {
+  check_dims(op, "input", input, {3, 4});
+  check_dims(op, "weight", weight, {4});
+  const int64_t c = concrete_size<I>(input, input.dim() - 3);
+  TORCH_CHECK(c > 0, op, ": input must have at least one channel; got shape ", input.sym_sizes());
+  TORCH_CHECK(dim_size<I>(weight, 1) == 1, op, ": weight must be (C*m, 1, kh, kw); got shape ",
+              weight.sym_sizes());
+  TORCH_CHECK(dim_size<I>(weight, 0) > 0 && dim_size<I>(weight, 0) % c == 0, op,
+              ": weight.size(0) (", dim_size<I>(weight, 0),
+              ") must be a positive multiple of the input channels (", c,
+              "): weight is (C*m, 1, kh, kw) for a channel multiplier m >= 1");
+  return check_conv2d<I>(op, input, weight, bias, stride, padding, dilation, c);
+}
+
 // grad_output of conv2d's backward ops: the forward output's shape, dtype and device.
 template <class I>
 void check_conv2d_grad_output(const char* op, const at::Tensor& grad_output,

@@ -12,18 +12,21 @@ from ._library import load_library
 LIBRARY_PATH = load_library()
 
 from . import functional, nn  # noqa: E402  (the ops must be registered first)
-from .functional import col2im, conv2d, im2col  # noqa: E402
+from .functional import col2im, conv2d, depthwise_conv2d, im2col  # noqa: E402
 
 __version__ = "0.1.0"
 
 #: Every op of the library, forward and backward.
 OPS = (
     "conv2d",
+    "depthwise_conv2d",
     "im2col",
     "col2im",
     "conv2d_grad_input",
     "conv2d_grad_weight",
     "conv2d_grad_bias",
+    "depthwise_conv2d_grad_input",
+    "depthwise_conv2d_grad_weight",
 )
 
 
@@ -38,4 +41,4 @@ def _check_fake_kernels():
 
 _check_fake_kernels()
 
-__all__ = ["conv2d", "im2col", "col2im", "functional", "nn", "OPS", "LIBRARY_PATH", "__version__"]
+__all__ = ["conv2d", "depthwise_conv2d", "im2col", "col2im", "functional", "nn", "OPS", "LIBRARY_PATH", "__version__"]

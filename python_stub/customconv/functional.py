@@ -24,6 +24,19 @@ def same_padding(kernel_size: IntPair, dilation: IntPair) -> List[int]:
     return [total_w // 2, total_w - total_w // 2, total_h // 2, total_h - total_h // 2]
 
 
+def _resolve_padding(input, weight, stride, padding, dilation):
+    """Turns F.conv2d's string paddings into numbers (padding the input for "same")."""
+    if not isinstance(padding, str):
+        return input, padding
+    if padding == "valid":
+        return input, 0
+    if padding == "same":
+        if _pair(stride) != [1, 1]:
+            raise ValueError("customconv: padding='same' needs stride 1, as in F.conv2d")
+        return F.pad(input, same_padding(weight.shape[-2:], dilation)), 0
+    raise ValueError(f"customconv: padding must be 'valid', 'same' or integers; got {padding!r}")
+
+
 def conv2d(
     input: Tensor,
     weight: Tensor,
@@ -34,20 +47,24 @@ def conv2d(
     groups: int = 1,
 ) -> Tensor:
     """Same as F.conv2d (padding may be "valid" or "same", as there)."""
-    if isinstance(padding, str):
-        if padding == "valid":
-            padding = 0
-        elif padding == "same":
-            if _pair(stride) != [1, 1]:
-                raise ValueError("customconv.conv2d: padding='same' needs stride 1, as in F.conv2d")
-            input = F.pad(input, same_padding(weight.shape[-2:], dilation))
-            padding = 0
-        else:
-            raise ValueError(
-                f"customconv.conv2d: padding must be 'valid', 'same' or integers; got {padding!r}"
-            )
+    input, padding = _resolve_padding(input, weight, stride, padding, dilation)
     return torch.ops.customconv.conv2d(
         input, weight, bias, _pair(stride), _pair(padding), _pair(dilation), groups
+    )
+
+
+def depthwise_conv2d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor] = None,
+    stride: IntPair = 1,
+    padding: Union[IntPair, str] = 0,
+    dilation: IntPair = 1,
+) -> Tensor:
+    """Same as F.conv2d(..., groups=C) with weight (C*m, 1, kh, kw), m >= 1."""
+    input, padding = _resolve_padding(input, weight, stride, padding, dilation)
+    return torch.ops.customconv.depthwise_conv2d(
+        input, weight, bias, _pair(stride), _pair(padding), _pair(dilation)
     )
 
 

@@ -1,12 +1,12 @@
 """Modules built on the customconv ops, drop-in replacements for torch.nn ones."""
 
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["Conv2d"]
+__all__ = ["Conv2d", "DepthwiseConv2d"]
 
 
 class Conv2d(torch.nn.Conv2d):
@@ -17,6 +17,14 @@ class Conv2d(torch.nn.Conv2d):
     """
 
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+        input, padding = self._apply_padding(input)
+        return torch.ops.customconv.conv2d(
+            input, weight, bias, [self.stride[0], self.stride[1]], padding,
+            [self.dilation[0], self.dilation[1]], self.groups,
+        )
+
+    def _apply_padding(self, input: Tensor) -> Tuple[Tensor, List[int]]:
+        """The input padded as torch.nn.Conv2d would, and the padding left to the op."""
         if isinstance(self.padding, str):
             # "valid" pads nothing; "same" pads (possibly asymmetrically) by the
             # amounts torch.nn.Conv2d computed at construction.
@@ -29,7 +37,44 @@ class Conv2d(torch.nn.Conv2d):
             padding = [0, 0]
         else:
             padding = [self.padding[0], self.padding[1]]
-        return torch.ops.customconv.conv2d(
+        return input, padding
+
+
+class DepthwiseConv2d(Conv2d):
+    """A drop-in for torch.nn.Conv2d with groups=in_channels, running
+    customconv::depthwise_conv2d: same arguments (groups may be left out),
+    parameter names and state_dict. out_channels is a multiple of in_channels.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: Optional[int] = None,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ) -> None:
+        if groups is not None and groups != in_channels:
+            raise ValueError(
+                f"DepthwiseConv2d: groups must equal in_channels ({in_channels}); got {groups}"
+            )
+        if out_channels % in_channels != 0:
+            raise ValueError(
+                f"DepthwiseConv2d: out_channels ({out_channels}) must be a multiple of "
+                f"in_channels ({in_channels})"
+            )
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         in_channels, bias, padding_mode, device, dtype)
+
+    def _conv_forward(self, input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+        input, padding = self._apply_padding(input)
+        return torch.ops.customconv.depthwise_conv2d(
             input, weight, bias, [self.stride[0], self.stride[1]], padding,
-            [self.dilation[0], self.dilation[1]], self.groups,
+            [self.dilation[0], self.dilation[1]],
         )

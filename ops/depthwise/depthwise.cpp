@@ -1,0 +1,65 @@
+#include "ops/depthwise/depthwise.h"
+
+#include "ops/common/conv_shapes.h"
+
+#include <ATen/ATen.h>
+
+namespace customconv {
+namespace {
+
+at::Tensor as_batch(const at::Tensor& t, bool batched) {
+  return (batched ? t : t.unsqueeze(0)).contiguous();
+}
+
+at::Tensor unbatch(const at::Tensor& t, bool batched) { return batched ? t : t.squeeze(0); }
+
+}  // namespace
+
+at::Tensor depthwise_conv2d_impl(const DepthwiseKernels& kernels, const at::Tensor& input,
+                                 const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                                 c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                 c10::IntArrayRef dilation) {
+  const auto s = check_depthwise_conv2d<int64_t>("depthwise_conv2d", input, weight, bias, stride,
+                                                 padding, dilation);
+  at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow}, input.options());
+  if (out.numel() > 0) {
+    const at::Tensor b = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();
+    kernels.forward(as_batch(input, s.in.batched), weight.contiguous(), b, out, s.win,
+                    s.k / s.in.c);
+  }
+  return unbatch(out, s.in.batched);
+}
+
+at::Tensor depthwise_conv2d_grad_input_impl(const DepthwiseKernels& kernels,
+                                            const at::Tensor& grad_output, const at::Tensor& input,
+                                            const at::Tensor& weight, c10::IntArrayRef stride,
+                                            c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  const char* op = "depthwise_conv2d_grad_input";
+  const auto s = check_depthwise_conv2d<int64_t>(op, input, weight, std::nullopt, stride, padding,
+                                                 dilation);
+  check_conv2d_grad_output(op, grad_output, input, s);
+  at::Tensor gi = at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, input.options());
+  if (gi.numel() > 0) {
+    kernels.grad_input(as_batch(grad_output, s.in.batched), weight.contiguous(), gi, s.win,
+                       s.k / s.in.c);
+  }
+  return unbatch(gi, s.in.batched);
+}
+
+at::Tensor depthwise_conv2d_grad_weight_impl(const DepthwiseKernels& kernels,
+                                             const at::Tensor& grad_output,
+                                             const at::Tensor& input, const at::Tensor& weight,
+                                             c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                             c10::IntArrayRef dilation) {
+  const char* op = "depthwise_conv2d_grad_weight";
+  const auto s = check_depthwise_conv2d<int64_t>(op, input, weight, std::nullopt, stride, padding,
+                                                 dilation);
+  check_conv2d_grad_output(op, grad_output, input, s);
+  at::Tensor gw = at::empty(weight.sizes(), weight.options());
+  if (s.in.n == 0) return gw.zero_();
+  kernels.grad_weight(as_batch(grad_output, s.in.batched), as_batch(input, s.in.batched), gw,
+                      s.win, s.k / s.in.c);
+  return gw;
+}
+
+}  // namespace customconv

@@ -1,0 +1,49 @@
+// depthwise_conv2d (== F.conv2d with groups = C, weight (C*m, 1, kh, kw)) as
+// direct kernels, and its backward pieces; device-generic: the device's
+// kernels come in as a DepthwiseKernels table.
+#pragma once
+
+#include "ops/common/window.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+namespace customconv {
+
+// Kernels on contiguous 4-D tensors: input (N, C, H, W), weight (C*m, 1, kh, kw),
+// output / grad_output (N, C*m, oh, ow); `mult` is m. Each writes every element
+// of its output.
+struct DepthwiseKernels {
+  // bias may be undefined.
+  void (*forward)(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                  const at::Tensor& output, const Window2d& win, int64_t mult);
+  void (*grad_input)(const at::Tensor& grad_output, const at::Tensor& weight,
+                     const at::Tensor& grad_input, const Window2d& win, int64_t mult);
+  // A reduction over batch and space, in a fixed order (deterministic).
+  void (*grad_weight)(const at::Tensor& grad_output, const at::Tensor& input,
+                      const at::Tensor& grad_weight, const Window2d& win, int64_t mult);
+};
+
+DepthwiseKernels cpu_depthwise_kernels();
+#ifdef CUSTOMCONV_WITH_CUDA
+DepthwiseKernels cuda_depthwise_kernels();
+#endif
+
+at::Tensor depthwise_conv2d_impl(const DepthwiseKernels& kernels, const at::Tensor& input,
+                                 const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                                 c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                 c10::IntArrayRef dilation);
+
+at::Tensor depthwise_conv2d_grad_input_impl(const DepthwiseKernels& kernels,
+                                            const at::Tensor& grad_output, const at::Tensor& input,
+                                            const at::Tensor& weight, c10::IntArrayRef stride,
+                                            c10::IntArrayRef padding, c10::IntArrayRef dilation);
+
+at::Tensor depthwise_conv2d_grad_weight_impl(const DepthwiseKernels& kernels,
+                                             const at::Tensor& grad_output,
+                                             const at::Tensor& input, const at::Tensor& weight,
+                                             c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                             c10::IntArrayRef dilation);
+
+}  // namespace customconv

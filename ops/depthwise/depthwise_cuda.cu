@@ -1,0 +1,185 @@
+#include "ops/depthwise/depthwise.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAException.h>
+
+#include <algorithm>
+
+namespace customconv {
+namespace {
+
+constexpr int kThreads = 256;
+
+int64_t blocks_for(int64_t work) {
+  return std::min<int64_t>(std::max<int64_t>((work + kThreads - 1) / kThreads, 1), int64_t{1} << 20);
+}
+
+struct Dims {
+  int64_t n, c, h, w, mult, oh, ow;
+};
+
+// One thread per output element (image, output channel, y, x), neighbouring
+// threads along x; each sums its kh*kw taps in opmath precision.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    forward_kernel(const T* __restrict__ in, const T* __restrict__ wt, const T* __restrict__ bias,
+                   T* __restrict__ out, int64_t total, Dims d, Window2d k) {
+  using acc_t = at::opmath_type<T>;
+  const int64_t kc = d.c * d.mult;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t x = idx % d.ow;
+    const int64_t y = (idx / d.ow) % d.oh;
+    const int64_t p = idx / (d.ow * d.oh);
+    const int64_t oc = p % kc, n = p / kc;
+    const T* plane = in + (n * d.c + oc / d.mult) * d.h * d.w;
+    const T* taps = wt + oc * k.kh * k.kw;
+    acc_t acc = bias ? static_cast<acc_t>(bias[oc]) : acc_t(0);
+    for (int64_t i = 0; i < k.kh; ++i) {
+      const int64_t iy = y * k.sh - k.ph + i * k.dh;
+      if (iy < 0 || iy >= d.h) continue;
+      for (int64_t j = 0; j < k.kw; ++j) {
+        const int64_t ix = x * k.sw - k.pw + j * k.dw;
+        if (ix >= 0 && ix < d.w) {
+          acc += static_cast<acc_t>(taps[i * k.kw + j]) * static_cast<acc_t>(plane[iy * d.w + ix]);
+        }
+      }
+    }
+    out[idx] = static_cast<T>(acc);
+  }
+}
+
+// One thread per input element (image, channel, iy, ix); it gathers, in a
+// fixed order, the gradient of every output position of its m output
+// channels whose window covers it (no atomics: deterministic).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    grad_input_kernel(const T* __restrict__ go, const T* __restrict__ wt, T* __restrict__ gi,
+                      int64_t total, Dims d, Window2d k) {
+  using acc_t = at::opmath_type<T>;
+  const int64_t kc = d.c * d.mult;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ix = idx % d.w;
+    const int64_t iy = (idx / d.w) % d.h;
+    const int64_t p = idx / (d.w * d.h);
+    const int64_t c = p % d.c, n = p / d.c;
+    acc_t acc = 0;
+    for (int64_t m = 0; m < d.mult; ++m) {
+      const int64_t oc = c * d.mult + m;
+      const T* gplane = go + (n * kc + oc) * d.oh * d.ow;
+      const T* taps = wt + oc * k.kh * k.kw;
+      for (int64_t i = 0; i < k.kh; ++i) {
+        const int64_t ty = iy + k.ph - i * k.dh;
+        if (ty < 0) break;
+        if (ty % k.sh != 0) continue;
+        const int64_t y = ty / k.sh;
+        if (y >= d.oh) continue;
+        for (int64_t j = 0; j < k.kw; ++j) {
+          const int64_t tx = ix + k.pw - j * k.dw;
+          if (tx < 0) break;
+          if (tx % k.sw != 0) continue;
+          const int64_t x = tx / k.sw;
+          if (x >= d.ow) continue;
+          acc += static_cast<acc_t>(taps[i * k.kw + j]) * static_cast<acc_t>(gplane[y * d.ow + x]);
+        }
+      }
+    }
+    gi[idx] = static_cast<T>(acc);
+  }
+}
+
+// One block per (output channel, tap): its threads stride over batch and
+// output positions, each keeping a private sum; the block then reduces the
+// sums in a fixed tree (deterministic, no atomics).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    grad_weight_kernel(const T* __restrict__ go, const T* __restrict__ in, T* __restrict__ gw,
+                       Dims d, Window2d k) {
+  using acc_t = at::opmath_type<T>;
+  __shared__ acc_t partial[kThreads];
+  const int64_t kc = d.c * d.mult;
+  const int64_t taps = k.kh * k.kw;
+  const int64_t oc = blockIdx.x / taps, tap = blockIdx.x % taps;
+  const int64_t i = tap / k.kw, j = tap % k.kw;
+  const int64_t c = oc / d.mult;
+  const int64_t per_image = d.oh * d.ow;
+  acc_t sum = 0;
+  for (int64_t q = threadIdx.x; q < d.n * per_image; q += blockDim.x) {
+    const int64_t n = q / per_image, l = q % per_image;
+    const int64_t y = l / d.ow, x = l % d.ow;
+    const int64_t iy = y * k.sh - k.ph + i * k.dh;
+    const int64_t ix = x * k.sw - k.pw + j * k.dw;
+    if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w) {
+      sum += static_cast<acc_t>(go[(n * kc + oc) * per_image + l]) *
+             static_cast<acc_t>(in[((n * d.c + c) * d.h + iy) * d.w + ix]);
+    }
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) gw[blockIdx.x] = static_cast<T>(partial[0]);
+}
+
+Dims dims_of(const at::Tensor& input, const at::Tensor& out_like, int64_t mult) {
+  return {input.size(0), input.size(1), input.size(2), input.size(3), mult, out_like.size(2),
+          out_like.size(3)};
+}
+
+void forward_cuda(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                  const at::Tensor& output, const Window2d& win, int64_t mult) {
+  const c10::cuda::CUDAGuard guard(input.device());
+  const int64_t total = output.numel();
+  if (total == 0) return;
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cuda", [&] {
+    forward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
+        input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+        bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, output.data_ptr<scalar_t>(),
+        total, dims_of(input, output, mult), win);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+}
+
+void grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& weight,
+                     const at::Tensor& grad_input, const Window2d& win, int64_t mult) {
+  const c10::cuda::CUDAGuard guard(grad_input.device());
+  const int64_t total = grad_input.numel();
+  if (total == 0) return;
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cuda", [&] {
+    grad_input_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
+        grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+        grad_input.data_ptr<scalar_t>(), total, dims_of(grad_input, grad_output, mult), win);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+}
+
+void grad_weight_cuda(const at::Tensor& grad_output, const at::Tensor& input,
+                      const at::Tensor& grad_weight, const Window2d& win, int64_t mult) {
+  const c10::cuda::CUDAGuard guard(input.device());
+  const int64_t blocks = grad_weight.numel();
+  if (blocks == 0) return;
+  TORCH_CHECK(blocks < (int64_t{1} << 31), "depthwise_conv2d_grad_weight: weight too large");
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_grad_weight_cuda", [&] {
+    grad_weight_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
+        grad_output.const_data_ptr<scalar_t>(), input.const_data_ptr<scalar_t>(),
+        grad_weight.data_ptr<scalar_t>(), dims_of(input, grad_output, mult), win);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace
+
+DepthwiseKernels cuda_depthwise_kernels() {
+  return {&forward_cuda, &grad_input_cuda, &grad_weight_cuda};
+}
+
+}  // namespace customconv
