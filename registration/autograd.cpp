@@ -93,6 +93,28 @@ class DepthwiseConv2dFunction : public torch::autograd::Function<DepthwiseConv2d
   }
 };
 
+class Filter2dFunction : public torch::autograd::Function<Filter2dFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
+                            const at::Tensor& kernel, c10::string_view border) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    ctx->saved_data["border"] = std::string(border);
+    ctx->save_for_backward({input, kernel});
+    return customconv::filter2d(input, kernel, border);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const std::string border = ctx->saved_data["border"].toStringRef();
+    at::Tensor gi, gk;
+    if (ctx->needs_input_grad(0)) gi = detail::filter2d_grad_input(grads[0], saved[1], border);
+    if (ctx->needs_input_grad(1)) {
+      gk = detail::filter2d_grad_kernel(grads[0], saved[0], saved[1], border);
+    }
+    return {gi, gk, at::Tensor()};
+  }
+};
+
 class Im2colFunction : public torch::autograd::Function<Im2colFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
@@ -180,6 +202,16 @@ struct DepthwiseGradWeightOp {
   template <class... Args>
   static at::Tensor call(const Args&... a) { return detail::depthwise_conv2d_grad_weight(a...); }
 };
+struct Filter2dGradInputOp {
+  static constexpr const char* name = "filter2d_grad_input";
+  template <class... Args>
+  static at::Tensor call(const Args&... a) { return detail::filter2d_grad_input(a...); }
+};
+struct Filter2dGradKernelOp {
+  static constexpr const char* name = "filter2d_grad_kernel";
+  template <class... Args>
+  static at::Tensor call(const Args&... a) { return detail::filter2d_grad_kernel(a...); }
+};
 struct GradBiasOp {
   static constexpr const char* name = "conv2d_grad_bias";
   static at::Tensor call(const at::Tensor& g) { return detail::conv2d_grad_bias(g); }
@@ -214,6 +246,21 @@ at::Tensor depthwise_conv2d_grad_weight_autograd(const at::Tensor& grad_output,
                                                  c10::IntArrayRef dilation) {
   return OnceDifferentiable<DepthwiseGradWeightOp>::apply(grad_output, input, weight, stride,
                                                           padding, dilation);
+}
+
+at::Tensor filter2d_autograd(const at::Tensor& input, const at::Tensor& kernel,
+                             c10::string_view border) {
+  return Filter2dFunction::apply(input, kernel, border);
+}
+
+at::Tensor filter2d_grad_input_autograd(const at::Tensor& grad_output, const at::Tensor& kernel,
+                                        c10::string_view border) {
+  return OnceDifferentiable<Filter2dGradInputOp>::apply(grad_output, kernel, border);
+}
+
+at::Tensor filter2d_grad_kernel_autograd(const at::Tensor& grad_output, const at::Tensor& input,
+                                         const at::Tensor& kernel, c10::string_view border) {
+  return OnceDifferentiable<Filter2dGradKernelOp>::apply(grad_output, input, kernel, border);
 }
 
 at::Tensor im2col_autograd(const at::Tensor& input, c10::IntArrayRef kernel_size,
@@ -255,6 +302,9 @@ TORCH_LIBRARY_IMPL(customconv, Autograd, m) {
   m.impl("depthwise_conv2d", &depthwise_conv2d_autograd);
   m.impl("depthwise_conv2d_grad_input", &depthwise_conv2d_grad_input_autograd);
   m.impl("depthwise_conv2d_grad_weight", &depthwise_conv2d_grad_weight_autograd);
+  m.impl("filter2d", &filter2d_autograd);
+  m.impl("filter2d_grad_input", &filter2d_grad_input_autograd);
+  m.impl("filter2d_grad_kernel", &filter2d_grad_kernel_autograd);
   m.impl("im2col", &im2col_autograd);
   m.impl("col2im", &col2im_autograd);
   m.impl("conv2d_grad_input", &conv2d_grad_input_autograd);

@@ -2,6 +2,7 @@
 #include "ops/columns/column_ops.h"
 #include "ops/conv2d/conv2d.h"
 #include "ops/depthwise/depthwise.h"
+#include "ops/filter2d/filter2d.h"
 
 #include <torch/library.h>
 
@@ -63,6 +64,20 @@ at::Tensor depthwise_conv2d_grad_weight_cpu(const at::Tensor& grad_output, const
                                            padding, dilation);
 }
 
+at::Tensor filter2d_cpu(const at::Tensor& input, const at::Tensor& kernel, c10::string_view border) {
+  return filter2d_impl(cpu_filter2d_kernels(), input, kernel, border);
+}
+
+at::Tensor filter2d_grad_input_cpu(const at::Tensor& grad_output, const at::Tensor& kernel,
+                                   c10::string_view border) {
+  return filter2d_grad_input_impl(cpu_filter2d_kernels(), grad_output, kernel, border);
+}
+
+at::Tensor filter2d_grad_kernel_cpu(const at::Tensor& grad_output, const at::Tensor& input,
+                                    const at::Tensor& kernel, c10::string_view border) {
+  return filter2d_grad_kernel_impl(cpu_filter2d_kernels(), grad_output, input, kernel, border);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(customconv, CPU, m) {
@@ -73,6 +88,9 @@ TORCH_LIBRARY_IMPL(customconv, CPU, m) {
   m.impl("depthwise_conv2d", &depthwise_conv2d_cpu);
   m.impl("depthwise_conv2d_grad_input", &depthwise_conv2d_grad_input_cpu);
   m.impl("depthwise_conv2d_grad_weight", &depthwise_conv2d_grad_weight_cpu);
+  m.impl("filter2d", &filter2d_cpu);
+  m.impl("filter2d_grad_input", &filter2d_grad_input_cpu);
+  m.impl("filter2d_grad_kernel", &filter2d_grad_kernel_cpu);
   m.impl("im2col", &im2col_cpu_op);
   m.impl("col2im", &col2im_cpu_op);
 }

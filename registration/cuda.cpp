@@ -3,6 +3,7 @@
 #include "ops/columns/column_ops.h"
 #include "ops/conv2d/conv2d.h"
 #include "ops/depthwise/depthwise.h"
+#include "ops/filter2d/filter2d.h"
 
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -84,6 +85,23 @@ at::Tensor depthwise_conv2d_grad_weight_cuda(const at::Tensor& grad_output, cons
                                            padding, dilation);
 }
 
+at::Tensor filter2d_cuda(const at::Tensor& input, const at::Tensor& kernel, c10::string_view border) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(input));
+  return filter2d_impl(cuda_filter2d_kernels(), input, kernel, border);
+}
+
+at::Tensor filter2d_grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& kernel,
+                                   c10::string_view border) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
+  return filter2d_grad_input_impl(cuda_filter2d_kernels(), grad_output, kernel, border);
+}
+
+at::Tensor filter2d_grad_kernel_cuda(const at::Tensor& grad_output, const at::Tensor& input,
+                                    const at::Tensor& kernel, c10::string_view border) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
+  return filter2d_grad_kernel_impl(cuda_filter2d_kernels(), grad_output, input, kernel, border);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(customconv, CUDA, m) {
@@ -94,6 +112,9 @@ TORCH_LIBRARY_IMPL(customconv, CUDA, m) {
   m.impl("depthwise_conv2d", &depthwise_conv2d_cuda);
   m.impl("depthwise_conv2d_grad_input", &depthwise_conv2d_grad_input_cuda);
   m.impl("depthwise_conv2d_grad_weight", &depthwise_conv2d_grad_weight_cuda);
+  m.impl("filter2d", &filter2d_cuda);
+  m.impl("filter2d_grad_input", &filter2d_grad_input_cuda);
+  m.impl("filter2d_grad_kernel", &filter2d_grad_kernel_cuda);
   m.impl("im2col", &im2col_cuda_op);
   m.impl("col2im", &col2im_cuda_op);
 }

@@ -2,6 +2,7 @@
 // run (ops/common), with symbolic sizes. FakeTensor uses these under
 // torch.compile, torch.export and AOTInductor.
 #include "ops/common/conv_shapes.h"
+#include "ops/common/filter_shapes.h"
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -84,6 +85,25 @@ at::Tensor depthwise_conv2d_grad_weight_meta(const at::Tensor& grad_output,
                              padding, dilation, weight);
 }
 
+at::Tensor filter2d_meta(const at::Tensor& input, const at::Tensor& kernel,
+                         c10::string_view border) {
+  check_filter2d<Sym>("filter2d", input, kernel, border);
+  return at::empty_symint(input.sym_sizes(), input.options());
+}
+
+at::Tensor filter2d_grad_input_meta(const at::Tensor& grad_output, const at::Tensor& kernel,
+                                    c10::string_view border) {
+  check_filter2d<Sym>("filter2d_grad_input", grad_output, kernel, border);
+  return at::empty_symint(grad_output.sym_sizes(), grad_output.options());
+}
+
+at::Tensor filter2d_grad_kernel_meta(const at::Tensor& grad_output, const at::Tensor& input,
+                                     const at::Tensor& kernel, c10::string_view border) {
+  check_filter2d<Sym>("filter2d_grad_kernel", input, kernel, border);
+  check_same_dtype_device("filter2d_grad_kernel", "grad_output", grad_output, "input", input);
+  return at::empty_symint(kernel.sym_sizes(), kernel.options());
+}
+
 at::Tensor im2col_meta(const at::Tensor& input, c10::IntArrayRef kernel_size,
                        c10::IntArrayRef stride, c10::IntArrayRef padding,
                        c10::IntArrayRef dilation) {
@@ -113,6 +133,9 @@ TORCH_LIBRARY_IMPL(customconv, Meta, m) {
   m.impl("depthwise_conv2d", &depthwise_conv2d_meta);
   m.impl("depthwise_conv2d_grad_input", &depthwise_conv2d_grad_input_meta);
   m.impl("depthwise_conv2d_grad_weight", &depthwise_conv2d_grad_weight_meta);
+  m.impl("filter2d", &filter2d_meta);
+  m.impl("filter2d_grad_input", &filter2d_grad_input_meta);
+  m.impl("filter2d_grad_kernel", &filter2d_grad_kernel_meta);
   m.impl("im2col", &im2col_meta);
   m.impl("col2im", &col2im_meta);
 }

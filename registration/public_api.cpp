@@ -19,6 +19,9 @@ using DepthwiseSig = at::Tensor(const at::Tensor&, const at::Tensor&,
                                 c10::IntArrayRef, c10::IntArrayRef);
 using DepthwiseGradSig = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                     c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef);
+using Filter2dSig = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view);
+using Filter2dGradKernelSig = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                         c10::string_view);
 using Im2colSig = at::Tensor(const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef,
                              c10::IntArrayRef, c10::IntArrayRef);
 using Col2imSig = at::Tensor(const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef,
@@ -42,6 +45,11 @@ at::Tensor depthwise_conv2d(const at::Tensor& input, const at::Tensor& weight,
                             c10::IntArrayRef padding, c10::IntArrayRef dilation) {
   static const auto op = handle<DepthwiseSig>("customconv::depthwise_conv2d");
   return op.call(input, weight, bias, stride, padding, dilation);
+}
+
+at::Tensor filter2d(const at::Tensor& input, const at::Tensor& kernel, c10::string_view border) {
+  static const auto op = handle<Filter2dSig>("customconv::filter2d");
+  return op.call(input, kernel, border);
 }
 
 at::Tensor im2col(const at::Tensor& input, c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
@@ -92,6 +100,18 @@ at::Tensor depthwise_conv2d_grad_weight(const at::Tensor& grad_output, const at:
                                         c10::IntArrayRef padding, c10::IntArrayRef dilation) {
   static const auto op = handle<DepthwiseGradSig>("customconv::depthwise_conv2d_grad_weight");
   return op.call(grad_output, input, weight, stride, padding, dilation);
+}
+
+at::Tensor filter2d_grad_input(const at::Tensor& grad_output, const at::Tensor& kernel,
+                               c10::string_view border) {
+  static const auto op = handle<Filter2dSig>("customconv::filter2d_grad_input");
+  return op.call(grad_output, kernel, border);
+}
+
+at::Tensor filter2d_grad_kernel(const at::Tensor& grad_output, const at::Tensor& input,
+                                const at::Tensor& kernel, c10::string_view border) {
+  static const auto op = handle<Filter2dGradKernelSig>("customconv::filter2d_grad_kernel");
+  return op.call(grad_output, input, kernel, border);
 }
 
 }  // namespace detail

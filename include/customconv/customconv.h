@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
+#include <c10/util/string_view.h>
 
 #include <cstdint>
 #include <optional>
@@ -32,6 +33,12 @@ CUSTOMCONV_API at::Tensor depthwise_conv2d(const at::Tensor& input, const at::Te
                                            c10::IntArrayRef stride = 1,
                                            c10::IntArrayRef padding = 0,
                                            c10::IntArrayRef dilation = 1);
+
+// One odd-sized (kh, kw) kernel correlated with every (H, W) plane of an input
+// (..., H, W); output of the input's shape. border is "zeros", "reflect",
+// "replicate" or "circular", meaning F.pad(plane, (kw/2, kw/2, kh/2, kh/2), border).
+CUSTOMCONV_API at::Tensor filter2d(const at::Tensor& input, const at::Tensor& kernel,
+                                   c10::string_view border = "zeros");
 
 // == F.unfold: (N, C, H, W) -> (N, C*kh*kw, L).
 CUSTOMCONV_API at::Tensor im2col(const at::Tensor& input, c10::IntArrayRef kernel_size,
@@ -73,6 +80,12 @@ CUSTOMCONV_API at::Tensor depthwise_conv2d_grad_weight(const at::Tensor& grad_ou
                                                        c10::IntArrayRef stride,
                                                        c10::IntArrayRef padding,
                                                        c10::IntArrayRef dilation);
+
+CUSTOMCONV_API at::Tensor filter2d_grad_input(const at::Tensor& grad_output,
+                                              const at::Tensor& kernel, c10::string_view border);
+CUSTOMCONV_API at::Tensor filter2d_grad_kernel(const at::Tensor& grad_output,
+                                               const at::Tensor& input, const at::Tensor& kernel,
+                                               c10::string_view border);
 
 }  // namespace detail
 }  // namespace customconv

@@ -10,17 +10,6 @@
 
 namespace customconv {
 
-// Reads a kernel-size dimension of a tensor as a concrete integer. Under
-// symbolic shapes this specializes on the value, as kernel sizes are static.
-template <class I>
-inline int64_t concrete_size(const at::Tensor& t, int64_t d) {
-  if constexpr (std::is_same_v<I, int64_t>) {
-    return t.size(d);
-  } else {
-    return t.sym_size(d).guard_int(__FILE__, __LINE__);
-  }
-}
-
 // Input (N, C, H, W) or unbatched (C, H, W), seen as a batch.
 template <class I>
 struct ImageShape {
@@ -79,7 +68,7 @@ Conv2dShape<I> check_conv2d(const char* op, const at::Tensor& input, const at::T
     TORCH_CHECK(dim_size<I>(*bias, 0) == s.k, op, ": bias has ", dim_size<I>(*bias, 0),
                 " elements but there are ", s.k, " output channels");
   }
-  s.win = check_window(op, concrete_size<I>(weight, 2), concrete_size<I>(weight, 3), stride,
+  s.win = check_window(op, concrete_size_of<I>(weight, 2), concrete_size_of<I>(weight, 3), stride,
                        padding, dilation);
   s.oh = window_output_size<I>(op, "height", s.in.h, s.win.extent_h(), s.win.sh, s.win.ph);
   s.ow = window_output_size<I>(op, "width", s.in.w, s.win.extent_w(), s.win.sw, s.win.pw);
@@ -100,7 +89,7 @@ Conv2dShape<I> check_depthwise_conv2d(const char* op, const at::Tensor& input,
                                       c10::IntArrayRef dilation) {
   check_dims(op, "input", input, {3, 4});
   check_dims(op, "weight", weight, {4});
-  const int64_t c = concrete_size<I>(input, input.dim() - 3);
+  const int64_t c = concrete_size_of<I>(input, input.dim() - 3);
   TORCH_CHECK(c > 0, op, ": input must have at least one channel; got shape ", input.sym_sizes());
   TORCH_CHECK(dim_size<I>(weight, 1) == 1, op, ": weight must be (C*m, 1, kh, kw); got shape ",
               weight.sym_sizes());

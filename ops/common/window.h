@@ -46,6 +46,17 @@ inline I dim_size(const at::Tensor& t, int64_t d) {
   }
 }
 
+// Reads a dimension that must be static (a kernel size, a channel count) as a
+// concrete integer; under symbolic shapes this specializes on its value.
+template <class I>
+inline int64_t concrete_size_of(const at::Tensor& t, int64_t d) {
+  if constexpr (std::is_same_v<I, int64_t>) {
+    return t.size(d);
+  } else {
+    return t.sym_size(d).guard_int(__FILE__, __LINE__);
+  }
+}
+
 // Throws unless a * b (both non-negative) fits in int64_t; returns the product.
 int64_t checked_mul(const char* op, const char* what, int64_t a, int64_t b);
 

@@ -12,7 +12,7 @@ from ._library import load_library
 LIBRARY_PATH = load_library()
 
 from . import functional, nn  # noqa: E402  (the ops must be registered first)
-from .functional import col2im, conv2d, depthwise_conv2d, im2col  # noqa: E402
+from .functional import col2im, conv2d, depthwise_conv2d, filter2d, im2col  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 OPS = (
     "conv2d",
     "depthwise_conv2d",
+    "filter2d",
     "im2col",
     "col2im",
     "conv2d_grad_input",
@@ -27,6 +28,8 @@ OPS = (
     "conv2d_grad_bias",
     "depthwise_conv2d_grad_input",
     "depthwise_conv2d_grad_weight",
+    "filter2d_grad_input",
+    "filter2d_grad_kernel",
 )
 
 
@@ -41,4 +44,4 @@ def _check_fake_kernels():
 
 _check_fake_kernels()
 
-__all__ = ["conv2d", "depthwise_conv2d", "im2col", "col2im", "functional", "nn", "OPS", "LIBRARY_PATH", "__version__"]
+__all__ = ["conv2d", "depthwise_conv2d", "filter2d", "im2col", "col2im", "functional", "nn", "OPS", "LIBRARY_PATH", "__version__"]

@@ -68,6 +68,13 @@ def depthwise_conv2d(
     )
 
 
+def filter2d(input: Tensor, kernel: Tensor, border: str = "zeros") -> Tensor:
+    """Correlates every (H, W) plane of input (..., H, W) with one odd-sized
+    (kh, kw) kernel; border "zeros", "reflect", "replicate" or "circular" extends
+    each plane as F.pad(plane, (kw//2, kw//2, kh//2, kh//2), mode) would."""
+    return torch.ops.customconv.filter2d(input, kernel, border)
+
+
 def im2col(
     input: Tensor,
     kernel_size: IntPair,

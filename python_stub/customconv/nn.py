@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["Conv2d", "DepthwiseConv2d"]
+__all__ = ["Conv2d", "DepthwiseConv2d", "Filter2d"]
 
 
 class Conv2d(torch.nn.Conv2d):
@@ -78,3 +78,21 @@ class DepthwiseConv2d(Conv2d):
             input, weight, bias, [self.stride[0], self.stride[1]], padding,
             [self.dilation[0], self.dilation[1]],
         )
+
+
+class Filter2d(torch.nn.Module):
+    """Applies customconv::filter2d with a (kh, kw) kernel held as a parameter
+    (trainable when requires_grad=True) to every plane of its input."""
+
+    def __init__(self, kernel: Tensor, border: str = "zeros", requires_grad: bool = False) -> None:
+        super().__init__()
+        if kernel.dim() != 2:
+            raise ValueError(f"Filter2d: kernel must be 2-D (kh, kw); got shape {tuple(kernel.shape)}")
+        self.kernel = torch.nn.Parameter(kernel.detach().clone(), requires_grad=requires_grad)
+        self.border = border
+
+    def forward(self, input: Tensor) -> Tensor:
+        return torch.ops.customconv.filter2d(input, self.kernel, self.border)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={tuple(self.kernel.shape)}, border={self.border!r}"

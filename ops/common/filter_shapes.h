@@ -1,0 +1,60 @@
+// Argument checks of filter2d, shared by the CPU, CUDA and meta kernels.
+#pragma once
+
+#include "ops/common/tensor_checks.h"
+#include "ops/common/window.h"
+
+#include <c10/util/string_view.h>
+
+#include <string>
+
+namespace customconv {
+
+// How a plane is extended beyond its edges: exactly F.pad's modes.
+enum class Border : int { Zeros = 0, Reflect = 1, Replicate = 2, Circular = 3 };
+
+// Parses "zeros", "reflect", "replicate" or "circular"; anything else is an
+// error listing the valid names.
+Border parse_border(const char* op, c10::string_view name);
+
+struct Filter2dShape {
+  Border border;
+  int64_t kh, kw;  // odd kernel sizes
+  int64_t ph, pw;  // kh / 2, kw / 2
+};
+
+// input (..., H, W) with at least 2 dims; kernel (kh, kw), both odd; same dtype
+// and device; reflect padding below the plane size and circular padding at most
+// the plane size, as F.pad requires.
+template <class I>
+Filter2dShape check_filter2d(const char* op, const at::Tensor& input, const at::Tensor& kernel,
+                             c10::string_view border) {
+  TORCH_CHECK(input.defined() && input.dim() >= 2, op,
+              ": input must have at least 2 dims (..., H, W); got ",
+              input.defined() ? input.dim() : 0, " dims");
+  check_dims(op, "kernel", kernel, {2});
+  check_floating(op, "input", input);
+  check_same_dtype_device(op, "kernel", kernel, "input", input);
+  Filter2dShape s{};
+  s.border = parse_border(op, border);
+  s.kh = concrete_size_of<I>(kernel, 0);
+  s.kw = concrete_size_of<I>(kernel, 1);
+  TORCH_CHECK(s.kh > 0 && s.kw > 0 && s.kh % 2 == 1 && s.kw % 2 == 1, op,
+              ": kernel sizes must be odd; got (", s.kh, ", ", s.kw, ")");
+  s.ph = s.kh / 2;
+  s.pw = s.kw / 2;
+  const I h = dim_size<I>(input, input.dim() - 2);
+  const I w = dim_size<I>(input, input.dim() - 1);
+  if (s.border == Border::Reflect) {
+    TORCH_CHECK((s.ph == 0 || s.ph < h) && (s.pw == 0 || s.pw < w), op,
+                ": border 'reflect' needs the padding (", s.ph, ", ", s.pw,
+                ") = kernel size // 2 to be smaller than the plane (", h, ", ", w, ")");
+  } else if (s.border == Border::Circular) {
+    TORCH_CHECK(s.ph <= h && s.pw <= w, op, ": border 'circular' needs the padding (", s.ph,
+                ", ", s.pw, ") = kernel size // 2 to be at most the plane size (", h, ", ", w,
+                ")");
+  }
+  return s;
+}
+
+}  // namespace customconv
