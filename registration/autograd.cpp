@@ -115,6 +115,39 @@ class Filter2dFunction : public torch::autograd::Function<Filter2dFunction> {
   }
 };
 
+class TrilinearFunction : public torch::autograd::Function<TrilinearFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& feats,
+                            const at::Tensor& points) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    ctx->save_for_backward({feats, points});
+    return customconv::trilinear_interpolation(feats, points);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto [grad_feats, grad_points] =
+        detail::trilinear_interpolation_backward(grads[0], saved[0], saved[1]);
+    return {grad_feats, grad_points};
+  }
+};
+
+// The backward op of trilinear_interpolation, refusing a second differentiation.
+class TrilinearBackwardFunction : public torch::autograd::Function<TrilinearBackwardFunction> {
+ public:
+  static variable_list forward(AutogradContext*, const at::Tensor& grad_output,
+                               const at::Tensor& feats, const at::Tensor& points) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [grad_feats, grad_points] =
+        detail::trilinear_interpolation_backward(grad_output, feats, points);
+    return {grad_feats, grad_points};
+  }
+  static variable_list backward(AutogradContext*, variable_list) {
+    TORCH_CHECK(false, "customconv::trilinear_interpolation_backward: double backward "
+                "(differentiating a gradient of this op) is not supported");
+  }
+};
+
 class Im2colFunction : public torch::autograd::Function<Im2colFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
@@ -263,6 +296,17 @@ at::Tensor filter2d_grad_kernel_autograd(const at::Tensor& grad_output, const at
   return OnceDifferentiable<Filter2dGradKernelOp>::apply(grad_output, input, kernel, border);
 }
 
+at::Tensor trilinear_autograd(const at::Tensor& feats, const at::Tensor& points) {
+  return TrilinearFunction::apply(feats, points);
+}
+
+std::tuple<at::Tensor, at::Tensor> trilinear_backward_autograd(const at::Tensor& grad_output,
+                                                               const at::Tensor& feats,
+                                                               const at::Tensor& points) {
+  const auto grads = TrilinearBackwardFunction::apply(grad_output, feats, points);
+  return {grads[0], grads[1]};
+}
+
 at::Tensor im2col_autograd(const at::Tensor& input, c10::IntArrayRef kernel_size,
                            c10::IntArrayRef stride, c10::IntArrayRef padding,
                            c10::IntArrayRef dilation) {
@@ -305,6 +349,8 @@ TORCH_LIBRARY_IMPL(customconv, Autograd, m) {
   m.impl("filter2d", &filter2d_autograd);
   m.impl("filter2d_grad_input", &filter2d_grad_input_autograd);
   m.impl("filter2d_grad_kernel", &filter2d_grad_kernel_autograd);
+  m.impl("trilinear_interpolation", &trilinear_autograd);
+  m.impl("trilinear_interpolation_backward", &trilinear_backward_autograd);
   m.impl("im2col", &im2col_autograd);
   m.impl("col2im", &col2im_autograd);
   m.impl("conv2d_grad_input", &conv2d_grad_input_autograd);

@@ -3,6 +3,7 @@
 #include "ops/conv2d/conv2d.h"
 #include "ops/depthwise/depthwise.h"
 #include "ops/filter2d/filter2d.h"
+#include "ops/trilinear/trilinear.h"
 
 #include <torch/library.h>
 
@@ -78,6 +79,16 @@ at::Tensor filter2d_grad_kernel_cpu(const at::Tensor& grad_output, const at::Ten
   return filter2d_grad_kernel_impl(cpu_filter2d_kernels(), grad_output, input, kernel, border);
 }
 
+at::Tensor trilinear_cpu(const at::Tensor& feats, const at::Tensor& points) {
+  return trilinear_impl(cpu_trilinear_kernels(), feats, points);
+}
+
+std::tuple<at::Tensor, at::Tensor> trilinear_backward_cpu(const at::Tensor& grad_output,
+                                                         const at::Tensor& feats,
+                                                         const at::Tensor& points) {
+  return trilinear_backward_impl(cpu_trilinear_kernels(), grad_output, feats, points);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(customconv, CPU, m) {
@@ -91,6 +102,8 @@ TORCH_LIBRARY_IMPL(customconv, CPU, m) {
   m.impl("filter2d", &filter2d_cpu);
   m.impl("filter2d_grad_input", &filter2d_grad_input_cpu);
   m.impl("filter2d_grad_kernel", &filter2d_grad_kernel_cpu);
+  m.impl("trilinear_interpolation", &trilinear_cpu);
+  m.impl("trilinear_interpolation_backward", &trilinear_backward_cpu);
   m.impl("im2col", &im2col_cpu_op);
   m.impl("col2im", &col2im_cpu_op);
 }

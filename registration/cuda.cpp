@@ -4,6 +4,7 @@
 #include "ops/conv2d/conv2d.h"
 #include "ops/depthwise/depthwise.h"
 #include "ops/filter2d/filter2d.h"
+#include "ops/trilinear/trilinear.h"
 
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -102,6 +103,18 @@ at::Tensor filter2d_grad_kernel_cuda(const at::Tensor& grad_output, const at::Te
   return filter2d_grad_kernel_impl(cuda_filter2d_kernels(), grad_output, input, kernel, border);
 }
 
+at::Tensor trilinear_cuda(const at::Tensor& feats, const at::Tensor& points) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(feats));
+  return trilinear_impl(cuda_trilinear_kernels(), feats, points);
+}
+
+std::tuple<at::Tensor, at::Tensor> trilinear_backward_cuda(const at::Tensor& grad_output,
+                                                         const at::Tensor& feats,
+                                                         const at::Tensor& points) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(feats));
+  return trilinear_backward_impl(cuda_trilinear_kernels(), grad_output, feats, points);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(customconv, CUDA, m) {
@@ -115,6 +128,8 @@ TORCH_LIBRARY_IMPL(customconv, CUDA, m) {
   m.impl("filter2d", &filter2d_cuda);
   m.impl("filter2d_grad_input", &filter2d_grad_input_cuda);
   m.impl("filter2d_grad_kernel", &filter2d_grad_kernel_cuda);
+  m.impl("trilinear_interpolation", &trilinear_cuda);
+  m.impl("trilinear_interpolation_backward", &trilinear_backward_cuda);
   m.impl("im2col", &im2col_cuda_op);
   m.impl("col2im", &col2im_cuda_op);
 }

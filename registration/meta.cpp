@@ -3,6 +3,7 @@
 // torch.compile, torch.export and AOTInductor.
 #include "ops/common/conv_shapes.h"
 #include "ops/common/filter_shapes.h"
+#include "ops/common/trilinear_shapes.h"
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -104,6 +105,26 @@ at::Tensor filter2d_grad_kernel_meta(const at::Tensor& grad_output, const at::Te
   return at::empty_symint(kernel.sym_sizes(), kernel.options());
 }
 
+at::Tensor trilinear_meta(const at::Tensor& feats, const at::Tensor& points) {
+  check_trilinear<Sym>("trilinear_interpolation", feats, points);
+  return at::empty_symint({feats.sym_size(0), feats.sym_size(2)}, feats.options());
+}
+
+std::tuple<at::Tensor, at::Tensor> trilinear_backward_meta(const at::Tensor& grad_output,
+                                                           const at::Tensor& feats,
+                                                           const at::Tensor& points) {
+  const char* op = "trilinear_interpolation_backward";
+  check_trilinear<Sym>(op, feats, points);
+  check_dims(op, "grad_output", grad_output, {2});
+  check_same_dtype_device(op, "grad_output", grad_output, "feats", feats);
+  TORCH_CHECK(grad_output.sym_size(0) == feats.sym_size(0) &&
+                  grad_output.sym_size(1) == feats.sym_size(2),
+              op, ": grad_output has shape ", grad_output.sym_sizes(), " but the output is (",
+              feats.sym_size(0), ", ", feats.sym_size(2), ")");
+  return {at::empty_symint(feats.sym_sizes(), feats.options()),
+          at::empty_symint(points.sym_sizes(), points.options())};
+}
+
 at::Tensor im2col_meta(const at::Tensor& input, c10::IntArrayRef kernel_size,
                        c10::IntArrayRef stride, c10::IntArrayRef padding,
                        c10::IntArrayRef dilation) {
@@ -136,6 +157,8 @@ TORCH_LIBRARY_IMPL(customconv, Meta, m) {
   m.impl("filter2d", &filter2d_meta);
   m.impl("filter2d_grad_input", &filter2d_grad_input_meta);
   m.impl("filter2d_grad_kernel", &filter2d_grad_kernel_meta);
+  m.impl("trilinear_interpolation", &trilinear_meta);
+  m.impl("trilinear_interpolation_backward", &trilinear_backward_meta);
   m.impl("im2col", &im2col_meta);
   m.impl("col2im", &col2im_meta);
 }

@@ -52,6 +52,12 @@ at::Tensor filter2d(const at::Tensor& input, const at::Tensor& kernel, c10::stri
   return op.call(input, kernel, border);
 }
 
+at::Tensor trilinear_interpolation(const at::Tensor& feats, const at::Tensor& points) {
+  static const auto op =
+      handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("customconv::trilinear_interpolation");
+  return op.call(feats, points);
+}
+
 at::Tensor im2col(const at::Tensor& input, c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
                   c10::IntArrayRef padding, c10::IntArrayRef dilation) {
   static const auto op = handle<Im2colSig>("customconv::im2col");
@@ -112,6 +118,15 @@ at::Tensor filter2d_grad_kernel(const at::Tensor& grad_output, const at::Tensor&
                                 const at::Tensor& kernel, c10::string_view border) {
   static const auto op = handle<Filter2dGradKernelSig>("customconv::filter2d_grad_kernel");
   return op.call(grad_output, input, kernel, border);
+}
+
+std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_backward(const at::Tensor& grad_output,
+                                                                    const at::Tensor& feats,
+                                                                    const at::Tensor& points) {
+  static const auto op = handle<std::tuple<at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&)>(
+      "customconv::trilinear_interpolation_backward");
+  return op.call(grad_output, feats, points);
 }
 
 }  // namespace detail

@@ -14,6 +14,7 @@ TORCH_LIBRARY(customconv, m) {
       "int[2] padding=0, int[2] dilation=1) -> Tensor",
       tags);
   m.def("filter2d(Tensor input, Tensor kernel, str border=\"zeros\") -> Tensor", tags);
+  m.def("trilinear_interpolation(Tensor feats, Tensor points) -> Tensor", tags);
   m.def(
       "im2col(Tensor input, int[2] kernel_size, int[2] stride=1, int[2] padding=0, "
       "int[2] dilation=1) -> Tensor",
@@ -41,6 +42,10 @@ TORCH_LIBRARY(customconv, m) {
   m.def(
       "depthwise_conv2d_grad_weight(Tensor grad_output, Tensor input, Tensor weight, "
       "int[2] stride, int[2] padding, int[2] dilation) -> Tensor",
+      tags);
+  m.def(
+      "trilinear_interpolation_backward(Tensor grad_output, Tensor feats, Tensor points) "
+      "-> (Tensor, Tensor)",
       tags);
   m.def("filter2d_grad_input(Tensor grad_output, Tensor kernel, str border) -> Tensor", tags);
   m.def(

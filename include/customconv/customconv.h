@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #define CUSTOMCONV_API __attribute__((visibility("default")))
 
@@ -39,6 +40,12 @@ CUSTOMCONV_API at::Tensor depthwise_conv2d(const at::Tensor& input, const at::Te
 // "replicate" or "circular", meaning F.pad(plane, (kw/2, kw/2, kh/2, kh/2), border).
 CUSTOMCONV_API at::Tensor filter2d(const at::Tensor& input, const at::Tensor& kernel,
                                    c10::string_view border = "zeros");
+
+// feats (N, 8, F), points (N, 3) -> (N, F): with u, v, w = (points + 1) / 2 and
+// corner c = 4i + 2j + k, sum_c (i ? u : 1-u)(j ? v : 1-v)(k ? w : 1-w) feats[:, c].
+// Points outside [-1, 1] extrapolate by the same formula. Differentiable in both.
+CUSTOMCONV_API at::Tensor trilinear_interpolation(const at::Tensor& feats,
+                                                  const at::Tensor& points);
 
 // == F.unfold: (N, C, H, W) -> (N, C*kh*kw, L).
 CUSTOMCONV_API at::Tensor im2col(const at::Tensor& input, c10::IntArrayRef kernel_size,
@@ -86,6 +93,10 @@ CUSTOMCONV_API at::Tensor filter2d_grad_input(const at::Tensor& grad_output,
 CUSTOMCONV_API at::Tensor filter2d_grad_kernel(const at::Tensor& grad_output,
                                                const at::Tensor& input, const at::Tensor& kernel,
                                                c10::string_view border);
+
+// (grad_feats, grad_points)
+CUSTOMCONV_API std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_backward(
+    const at::Tensor& grad_output, const at::Tensor& feats, const at::Tensor& points);
 
 }  // namespace detail
 }  // namespace customconv

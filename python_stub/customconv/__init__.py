@@ -12,7 +12,14 @@ from ._library import load_library
 LIBRARY_PATH = load_library()
 
 from . import functional, nn  # noqa: E402  (the ops must be registered first)
-from .functional import col2im, conv2d, depthwise_conv2d, filter2d, im2col  # noqa: E402
+from .functional import (  # noqa: E402
+    col2im,
+    conv2d,
+    depthwise_conv2d,
+    filter2d,
+    im2col,
+    trilinear_interpolation,
+)
 
 __version__ = "0.1.0"
 
@@ -21,6 +28,7 @@ OPS = (
     "conv2d",
     "depthwise_conv2d",
     "filter2d",
+    "trilinear_interpolation",
     "im2col",
     "col2im",
     "conv2d_grad_input",
@@ -30,6 +38,7 @@ OPS = (
     "depthwise_conv2d_grad_weight",
     "filter2d_grad_input",
     "filter2d_grad_kernel",
+    "trilinear_interpolation_backward",
 )
 
 
@@ -44,4 +53,4 @@ def _check_fake_kernels():
 
 _check_fake_kernels()
 
-__all__ = ["conv2d", "depthwise_conv2d", "filter2d", "im2col", "col2im", "functional", "nn", "OPS", "LIBRARY_PATH", "__version__"]
+__all__ = ["conv2d", "depthwise_conv2d", "filter2d", "trilinear_interpolation", "im2col", "col2im", "functional", "nn", "OPS", "LIBRARY_PATH", "__version__"]

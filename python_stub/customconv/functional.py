@@ -75,6 +75,14 @@ def filter2d(input: Tensor, kernel: Tensor, border: str = "zeros") -> Tensor:
     return torch.ops.customconv.filter2d(input, kernel, border)
 
 
+def trilinear_interpolation(feats: Tensor, points: Tensor) -> Tensor:
+    """feats (N, 8, F), points (N, 3) in [-1, 1] -> (N, F): each point blends
+    its cube's 8 corner features with trilinear weights (u, v, w = (points + 1) / 2,
+    corner c = 4i + 2j + k). Points outside [-1, 1] extrapolate by the same
+    formula. Differentiable in feats and points."""
+    return torch.ops.customconv.trilinear_interpolation(feats, points)
+
+
 def im2col(
     input: Tensor,
     kernel_size: IntPair,

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["Conv2d", "DepthwiseConv2d", "Filter2d"]
+__all__ = ["Conv2d", "DepthwiseConv2d", "Filter2d", "TrilinearInterpolation"]
 
 
 class Conv2d(torch.nn.Conv2d):
@@ -96,3 +96,11 @@ class Filter2d(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"kernel_size={tuple(self.kernel.shape)}, border={self.border!r}"
+
+
+class TrilinearInterpolation(torch.nn.Module):
+    """forward(feats (N, 8, F), points (N, 3)) -> (N, F) through
+    customconv::trilinear_interpolation (no parameters)."""
+
+    def forward(self, feats: Tensor, points: Tensor) -> Tensor:
+        return torch.ops.customconv.trilinear_interpolation(feats, points)

@@ -1,0 +1,87 @@
+#include "ops/trilinear/corner_weights.h"
+#include "ops/trilinear/trilinear.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
+namespace customconv {
+namespace {
+
+int64_t grain_for(int64_t work_per_item) {
+  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work_per_item));
+}
+
+// Work split: one task per point; the 8 corner rows are blended along F
+// (unit stride, vectorizable).
+template <typename T>
+void forward_points(const T* feats, const T* points, T* out, int64_t n, int64_t f) {
+  using acc_t = at::opmath_type<T>;
+  at::parallel_for(0, n, grain_for(8 * f), [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      const T* pt = points + 3 * p;
+      const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
+      const T* fp = feats + p * 8 * f;
+      T* dst = out + p * f;
+      for (int64_t x = 0; x < f; ++x) {
+        acc_t acc = 0;
+        for (int c = 0; c < 8; ++c) acc += cw.weight[c] * static_cast<acc_t>(fp[c * f + x]);
+        dst[x] = static_cast<T>(acc);
+      }
+    }
+  });
+}
+
+// Work split: one task per point; it writes the point's 8 rows of grad_feats
+// and sums its 3 point derivatives over F in order.
+template <typename T>
+void backward_points(const T* go, const T* feats, const T* points, T* grad_feats, T* grad_points,
+                     int64_t n, int64_t f) {
+  using acc_t = at::opmath_type<T>;
+  at::parallel_for(0, n, grain_for(16 * f), [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      const T* pt = points + 3 * p;
+      const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
+      const T* fp = feats + p * 8 * f;
+      const T* g = go + p * f;
+      T* gf = grad_feats + p * 8 * f;
+      acc_t d[3] = {0, 0, 0};
+      for (int64_t x = 0; x < f; ++x) {
+        const acc_t gx = static_cast<acc_t>(g[x]);
+        acc_t blend[3] = {0, 0, 0};
+        for (int c = 0; c < 8; ++c) {
+          const acc_t fv = static_cast<acc_t>(fp[c * f + x]);
+          gf[c * f + x] = static_cast<T>(cw.weight[c] * gx);
+          for (int a = 0; a < 3; ++a) blend[a] += cw.d_point[a][c] * fv;
+        }
+        for (int a = 0; a < 3; ++a) d[a] += gx * blend[a];
+      }
+      for (int a = 0; a < 3; ++a) grad_points[3 * p + a] = static_cast<T>(d[a]);
+    }
+  });
+}
+
+void forward_cpu(const at::Tensor& feats, const at::Tensor& points, const at::Tensor& out) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_cpu", [&] {
+    forward_points<scalar_t>(feats.const_data_ptr<scalar_t>(), points.const_data_ptr<scalar_t>(),
+                             out.data_ptr<scalar_t>(), feats.size(0), feats.size(2));
+  });
+}
+
+void backward_cpu(const at::Tensor& grad_out, const at::Tensor& feats, const at::Tensor& points,
+                  const at::Tensor& grad_feats, const at::Tensor& grad_points) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_backward_cpu", [&] {
+    backward_points<scalar_t>(grad_out.const_data_ptr<scalar_t>(),
+                              feats.const_data_ptr<scalar_t>(), points.const_data_ptr<scalar_t>(),
+                              grad_feats.data_ptr<scalar_t>(), grad_points.data_ptr<scalar_t>(),
+                              feats.size(0), feats.size(2));
+  });
+}
+
+}  // namespace
+
+TrilinearKernels cpu_trilinear_kernels() { return {&forward_cpu, &backward_cpu}; }
+
+}  // namespace customconv
