@@ -66,9 +66,9 @@ template <class I>
 I window_output_size(const char* op, const char* axis, const I& in, int64_t extent, int64_t stride,
                      int64_t pad) {
   const I padded = in + 2 * pad;
-  TORCH_CHECK(padded >= extent, op, ": the dilated kernel (extent ", extent, " along ", axis,
-              ") is larger than the padded input (", in, " + 2*", pad, " = ", padded,
-              "); the output size would be <= 0");
+  TORCH_CHECK(padded >= extent, op, ": the kernel spans ", extent, " along ", axis,
+              " (dilation * (kernel_size - 1) + 1), more than the padded input (", in, " + 2*", pad,
+              " = ", padded, "); the output size would be <= 0");
   return (padded - extent) / stride + 1;
 }
 
