@@ -1,0 +1,134 @@
+"""torch.compile(fullgraph=True) and torch.export of code using the ops:
+forward and backward match eager, with static and dynamic batch sizes."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import customconv
+from testlib import DEVICES, make_tensor, ops
+
+pytestmark = [
+    # Raised inside torch.compile / torch.export themselves.
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:The given buffer is not writable"),
+]
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def pipeline(x, w, b):
+    """conv2d -> im2col -> col2im on a 6x6 image, with pointwise ops between."""
+    y = customconv.conv2d(x, w, b, stride=1, padding=1, groups=2)
+    c = customconv.im2col(torch.relu(y), (2, 2), stride=2)
+    z = customconv.col2im(c * 1.5, (6, 6), (2, 2), stride=2)
+    return torch.tanh(z) + y
+
+
+class Model(torch.nn.Module):
+    """customconv.nn.Conv2d layers and the raw ops."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = customconv.nn.Conv2d(4, 6, 3, padding=1, groups=2)
+        self.conv2 = customconv.nn.Conv2d(6, 4, (3, 2), padding="same", padding_mode="reflect",
+                                          bias=False)
+
+    def forward(self, x):
+        y = torch.relu(self.conv1(x))
+        c = ops.im2col(y, [2, 2], [2, 2], [0, 0], [1, 1])
+        y = ops.col2im(c.sigmoid(), [6, 6], [2, 2], [2, 2], [0, 0], [1, 1])
+        return self.conv2(y)
+
+
+def inputs(device, gen, batch=2, requires_grad=True):
+    x = make_tensor((batch, 4, 6, 6), torch.float32, device, gen=gen, requires_grad=requires_grad)
+    w = make_tensor((6, 2, 3, 3), torch.float32, device, gen=gen, requires_grad=requires_grad)
+    b = make_tensor((6,), torch.float32, device, gen=gen, requires_grad=requires_grad)
+    return x, w, b
+
+
+def assert_same(got, want, what):
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=lambda m: f"{what}: {m}")
+
+
+def forward_backward(fn, args, grad):
+    out = fn(*args)
+    grads = torch.autograd.grad(out, args, grad)
+    return out, grads
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_function_matches_eager_forward_and_backward(device, gen):
+    args = inputs(device, gen)
+    grad = make_tensor((2, 6, 6, 6), torch.float32, device, gen=gen)
+    compiled = torch.compile(pipeline, fullgraph=True)
+    out_c, grads_c = forward_backward(compiled, args, grad)
+    out_e, grads_e = forward_backward(pipeline, args, grad)
+    assert_same(out_c, out_e, "output")
+    for name, gc, ge in zip(("input", "weight", "bias"), grads_c, grads_e):
+        assert_same(gc, ge, f"grad of {name}")
+    # ... and eager matches PyTorch's own ops.
+    ref = F.conv2d(*(a.detach().double() for a in args), stride=1, padding=1, groups=2)
+    torch.testing.assert_close(customconv.conv2d(*args, 1, 1, 1, 2).double(), ref,
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_module_matches_eager_forward_and_backward(device, gen):
+    model = Model().to(device)
+    x = make_tensor((3, 4, 6, 6), torch.float32, device, "channels_last", gen, True)
+    compiled = torch.compile(model, fullgraph=True)
+    out_c = compiled(x)
+    out_e = model(x)
+    assert_same(out_c, out_e, "output")
+    grad = make_tensor(out_e.shape, torch.float32, device, gen=gen)
+    params = [x] + list(model.parameters())
+    grads_c = torch.autograd.grad(out_c, params, grad)
+    grads_e = torch.autograd.grad(out_e, params, grad)
+    for name, gc, ge in zip(["input"] + [n for n, _ in model.named_parameters()], grads_c, grads_e):
+        assert_same(gc, ge, f"grad of {name}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_function_with_dynamic_batch_matches_eager_without_recompiling(device, gen):
+    compiled = torch.compile(pipeline, fullgraph=True, dynamic=True)
+    _, w, b = inputs(device, gen)
+    for i, batch in enumerate((5, 3, 2, 8)):
+        x = make_tensor((batch, 4, 6, 6), torch.float32, device, gen=gen, requires_grad=True)
+        grad = make_tensor((batch, 6, 6, 6), torch.float32, device, gen=gen)
+        if i == 1:
+            # The graph compiled for batch 5 serves every later batch size.
+            torch.compiler.set_stance("fail_on_recompile")
+        try:
+            out_c, grads_c = forward_backward(compiled, (x, w, b), grad)
+        finally:
+            torch.compiler.set_stance("default")
+        out_e, grads_e = forward_backward(pipeline, (x, w, b), grad)
+        assert_same(out_c, out_e, f"output (batch {batch})")
+        for name, gc, ge in zip(("input", "weight", "bias"), grads_c, grads_e):
+            assert_same(gc, ge, f"grad of {name} (batch {batch})")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_exported_module_with_dynamic_batch_matches_eager(device, gen, tmp_path):
+    model = Model().to(device).eval()
+    x = make_tensor((3, 4, 6, 6), torch.float32, device, gen=gen)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    exported = torch.export.export(model, (x,), dynamic_shapes={"x": {0: batch}})
+    targets = {node.target for node in exported.graph.nodes if node.op == "call_function"}
+    assert {ops.conv2d.default, ops.im2col.default, ops.col2im.default} <= targets, targets
+
+    path = tmp_path / "model.pt2"
+    torch.export.save(exported, str(path))
+    reloaded = torch.export.load(str(path))
+    with torch.no_grad():
+        for n in (1, 2, 5, 17):
+            x = make_tensor((n, 4, 6, 6), torch.float32, device, gen=gen)
+            want = model(x)
+            assert_same(exported.module()(x), want, f"exported program (batch {n})")
+            assert_same(reloaded.module()(x), want, f"saved and loaded program (batch {n})")

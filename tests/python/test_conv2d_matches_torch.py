@@ -1,0 +1,230 @@
+"""customconv::conv2d against F.conv2d: forward and the gradients of input,
+weight and bias, on random and on hand-picked configurations, for every
+supported device and dtype. The reference is F.conv2d in float64 on the CPU
+on the same values."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import customconv
+from testlib import (
+    DEVICE_DTYPES,
+    DEVICES,
+    assert_matches,
+    conv2d_reductions,
+    conv2d_reference,
+    cuda,
+    make_tensor,
+    ops,
+    random_conv2d_config,
+    sync,
+)
+
+N_RANDOM = 40
+
+
+def run_conv2d_case(cfg, device, dtype, gen, ctx, call="ops", need=("x", "w", "b")):
+    """Runs cfg forward and backward; checks every result against F.conv2d."""
+    x = make_tensor(cfg.input_shape, dtype, device, cfg.input_layout, gen, "x" in need)
+    w = make_tensor(cfg.weight_shape, dtype, device, cfg.weight_layout, gen, "w" in need)
+    b = None
+    if cfg.bias:
+        b = make_tensor((cfg.out_channels,), dtype, device, "sliced", gen, "b" in need)
+    stride, padding, dilation, groups = cfg.args()
+    if call == "ops":
+        out = ops.conv2d(x, w, b, stride, padding, dilation, groups)
+    elif call == "ops-kwargs":
+        out = ops.conv2d(x, w, bias=b, stride=stride, padding=padding, dilation=dilation,
+                         groups=groups)
+    else:  # the functional wrapper, F.conv2d's signature with tuples
+        out = customconv.conv2d(x, w, b, cfg.stride, cfg.padding, cfg.dilation, cfg.groups)
+    grad = make_tensor(out.shape, dtype, device, cfg.grad_layout, gen)
+    ref = conv2d_reference(cfg, x, w, b, grad)
+    red = conv2d_reductions(cfg)
+    assert_matches(out, *ref["output"], dtype, red["output"], "output", ctx, device)
+
+    wanted = [(n, t) for n, t in (("grad_input", x), ("grad_weight", w), ("grad_bias", b))
+              if t is not None and t.requires_grad]
+    if not wanted:
+        assert not out.requires_grad, ctx
+        return
+    grads = torch.autograd.grad(out, [t for _, t in wanted], grad)
+    sync(device)
+    for (name, t), g in zip(wanted, grads):
+        assert g.shape == t.shape, f"{name} shape {tuple(g.shape)} vs {tuple(t.shape)} [{ctx}]"
+        assert_matches(g, *ref[name], dtype, red[name], name, ctx, device)
+
+
+@pytest.mark.parametrize("idx", range(N_RANDOM))
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+def test_conv2d_matches_torch_on_random_configs(device, dtype, idx, rng, gen, seed):
+    cfg = random_conv2d_config(rng)
+    call = rng.choice(["ops", "ops", "ops-kwargs", "functional"])
+    ctx = f"seed={seed} {device} {dtype} call={call} {cfg}"
+    run_conv2d_case(cfg, device, dtype, gen, ctx, call)
+
+
+EDGE_CASES = {
+    "batch0": dict(batch=0),
+    "batch1": dict(batch=1),
+    "unbatched": dict(batch=None),
+    "unbatched_grouped_channels_last": dict(batch=None, kind="grouped", input_layout="channels_last"),
+    "groups_eq_channels": dict(groups=4, in_channels=4, out_channels=4),
+    "groups_eq_channels_multiplier3": dict(groups=3, in_channels=3, out_channels=9),
+    "groups_several_out_channels_per_group": dict(groups=2, in_channels=6, out_channels=10),
+    "kernel_1x1": dict(kernel=(1, 1)),
+    "kernel_1x5": dict(kernel=(1, 5), size=(4, 9), dilation=(1, 1)),
+    "kernel_5x2_dilated": dict(kernel=(5, 2), dilation=(2, 3), size=(11, 6)),
+    "kernel_covers_whole_input": dict(kernel=(3, 4), size=(3, 4), padding=(0, 0), dilation=(1, 1)),
+    "stride_skips_input_rows": dict(kernel=(1, 2), stride=(3, 4), padding=(0, 0), size=(8, 9)),
+    "padding_larger_than_kernel": dict(kernel=(2, 1), padding=(3, 2), size=(2, 2)),
+    "output_1x1": dict(kernel=(3, 3), stride=(5, 5), padding=(1, 1), dilation=(1, 1), size=(2, 2)),
+    "channels_last_input_and_weight": dict(input_layout="channels_last",
+                                           weight_layout="channels_last", batch=3),
+    "transposed_input": dict(input_layout="transposed", batch=2),
+    "sliced_input_and_grad": dict(input_layout="sliced", grad_layout="sliced", batch=2),
+    "expanded_input_and_grad": dict(input_layout="expanded", grad_layout="expanded", batch=3),
+    "no_bias": dict(bias=False),
+    "one_channel_in_and_out": dict(in_channels=1, out_channels=1, groups=1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGE_CASES))
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+def test_conv2d_matches_torch_on_edge_cases(device, dtype, case, rng, gen, seed):
+    cfg = random_conv2d_config(rng, **EDGE_CASES[case])
+    ctx = f"seed={seed} {device} {dtype} case={case} {cfg}"
+    run_conv2d_case(cfg, device, dtype, gen, ctx)
+
+
+@pytest.mark.parametrize("need", [("x",), ("w",), ("b",), ("x", "b"), ("w", "b"), ()])
+@pytest.mark.parametrize("device", DEVICES)
+def test_conv2d_gradients_only_of_inputs_that_require_grad(device, need, rng, gen, seed):
+    cfg = random_conv2d_config(rng, bias=True, batch=2)
+    ctx = f"seed={seed} {device} requires_grad={need} {cfg}"
+    run_conv2d_case(cfg, device, torch.float64, gen, ctx, need=need)
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same'")
+@pytest.mark.parametrize("device", DEVICES)
+def test_conv2d_accepts_schema_defaults_and_single_int_pairs(device, gen):
+    x = make_tensor((2, 4, 7, 6), torch.float64, device, gen=gen)
+    w = make_tensor((6, 4, 3, 2), torch.float64, device, gen=gen)
+    wg = make_tensor((6, 2, 3, 2), torch.float64, device, gen=gen)  # for groups=2
+    b = make_tensor((6,), torch.float64, device, gen=gen)
+    xr, wr, wgr, br = (t.cpu() for t in (x, w, wg, b))
+    cases = [
+        (ops.conv2d(x, w), F.conv2d(xr, wr)),
+        (ops.conv2d(x, w, b), F.conv2d(xr, wr, br)),
+        (ops.conv2d(x, w, None, 2), F.conv2d(xr, wr, None, 2)),
+        (ops.conv2d(x, w, b, [2], [1], [2]), F.conv2d(xr, wr, br, 2, 1, 2)),
+        (ops.conv2d(x, wg, b, padding=[1, 0], groups=2), F.conv2d(xr, wgr, br, 1, (1, 0), 1, 2)),
+        (ops.conv2d(x, wg, b, dilation=2, groups=2), F.conv2d(xr, wgr, br, dilation=2, groups=2)),
+        (customconv.conv2d(x, wg, b, padding="same", dilation=(2, 1), groups=2),
+         F.conv2d(xr, wgr, br, padding="same", dilation=(2, 1), groups=2)),
+        (customconv.conv2d(x, wg, b, 2, "valid", 1, 2), F.conv2d(xr, wgr, br, 2, "valid", 1, 2)),
+        (customconv.conv2d(x, w, b, (1, 2), (0, 1)), F.conv2d(xr, wr, br, (1, 2), (0, 1))),
+    ]
+    for i, (got, want) in enumerate(cases):
+        assert got.shape == want.shape, f"case {i}: {tuple(got.shape)} vs {tuple(want.shape)}"
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12, msg=f"case {i}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_conv2d_under_inference_mode_and_no_grad_matches_torch(device, gen):
+    x = make_tensor((3, 4, 6, 6), torch.float64, device, "channels_last", gen, True)
+    w = make_tensor((4, 2, 3, 3), torch.float64, device, gen=gen, requires_grad=True)
+    want = F.conv2d(x.detach().cpu(), w.detach().cpu(), None, 1, 1, 1, 2)
+    with torch.no_grad():
+        a = ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 2)
+    with torch.inference_mode():
+        b = ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 2)
+    for got in (a, b):
+        assert not got.requires_grad
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12)
+
+
+CHUNKED_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch, torch.nn.functional as F
+    import customconv
+    device = sys.argv[1]
+    torch.set_num_threads(2)
+    torch.manual_seed(int(sys.argv[2]))
+    # ~0.4 MiB of columns per image with a 1 MiB workspace: chunks of 2 images
+    # (and a last chunk of 1); the second case needs more than the limit per
+    # image, so every chunk holds one image.
+    for n, c, k, hw in [(5, 3, 6, 40), (3, 8, 16, 48)]:
+        x = torch.randn(n, c, hw, hw, dtype=torch.float64, device=device, requires_grad=True)
+        w = torch.randn(k, c, 3, 3, dtype=torch.float64, device=device, requires_grad=True)
+        b = torch.randn(k, dtype=torch.float64, device=device, requires_grad=True)
+        out = torch.ops.customconv.conv2d(x, w, b, [1, 2], [1, 1], [2, 1], 1)
+        g = torch.randn_like(out)
+        grads = torch.autograd.grad(out, (x, w, b), g)
+        xr, wr, br = (t.detach().cpu().requires_grad_() for t in (x, w, b))
+        ref = F.conv2d(xr, wr, br, (1, 2), 1, (2, 1))
+        rgrads = torch.autograd.grad(ref, (xr, wr, br), g.cpu())
+        for name, a, e in zip(("output", "grad_input", "grad_weight", "grad_bias"),
+                              (out,) + grads, (ref,) + rgrads):
+            torch.testing.assert_close(a.detach().cpu(), e.detach(), rtol=1e-10, atol=1e-10,
+                                       msg=lambda m: f"{name} (n={n}, c={c}, k={k}): {m}")
+    print("ok")
+    """
+)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_conv2d_matches_torch_when_the_workspace_limit_splits_the_batch(device, seed):
+    # Two intra-op threads: this case is large enough for the parallel CPU kernels.
+    env = dict(os.environ, CUSTOMCONV_WORKSPACE_MB="1", OMP_NUM_THREADS="2")
+    proc = subprocess.run([sys.executable, "-c", CHUNKED_SCRIPT, device, str(seed)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "ok" in proc.stdout, (
+        f"seed={seed} device={device}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    )
+
+
+@cuda
+def test_ops_capture_into_a_cuda_graph_and_replay_with_new_inputs(gen):
+    # Every kernel must launch on the current stream (capture fails on the
+    # legacy default stream) and allocate nothing outside PyTorch's allocator.
+    dt = torch.float64
+    x = make_tensor((2, 4, 9, 8), dt, "cuda", gen=gen)
+    w = make_tensor((6, 2, 3, 2), dt, "cuda", gen=gen)
+    b = make_tensor((6,), dt, "cuda", gen=gen)
+    go = make_tensor((2, 6, 5, 6), dt, "cuda", gen=gen)
+    args = ([2, 1], [1, 0], [1, 2], 2)
+
+    def step(x, go):
+        out = ops.conv2d(x, w, b, *args)
+        cols = ops.im2col(out, [2, 2], [1, 1], [0, 0], [1, 1])
+        img = ops.col2im(cols, [5, 6], [2, 2], [1, 1], [0, 0], [1, 1])
+        return (out, img, ops.conv2d_grad_input(go, x, w, *args),
+                ops.conv2d_grad_weight(go, x, w, *args), ops.conv2d_grad_bias(go))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(x, go)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        results = step(x, go)
+    x.copy_(make_tensor(x.shape, dt, "cuda", gen=gen))
+    go.copy_(make_tensor(go.shape, dt, "cuda", gen=gen))
+    graph.replay()
+    torch.cuda.synchronize()
+    for i, (got, want) in enumerate(zip(results, step(x, go))):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=lambda m: f"result {i}: {m}")
+    xr, wr, br = (t.cpu().requires_grad_() for t in (x, w, b))
+    ref = F.conv2d(xr, wr, br, (2, 1), (1, 0), (1, 2), 2)
+    torch.testing.assert_close(results[0].cpu(), ref.detach(), rtol=1e-10, atol=1e-10)
+    gx, gw, gb = torch.autograd.grad(ref, (xr, wr, br), go.cpu())
+    for got, want in zip(results[2:], (gx, gw, gb)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)

@@ -1,0 +1,95 @@
+"""torch.library.opcheck for every op of the library, the backward ops
+included: schema, autograd registration, fake (meta) kernels against the real
+ones, and AOT dispatch with dynamic shapes; on CPU and CUDA, with and without
+requires_grad, with omitted defaulted arguments and single-int pairs."""
+
+import pytest
+import torch
+
+from testlib import DEVICES, make_tensor, ops
+
+ALL_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor",
+             "test_aot_dispatch_dynamic")
+# The backward ops are differentiable once only (differentiating them is a
+# clear error, see test_gradcheck.py), so AOT dispatch with inputs that require
+# grad, which differentiates them, does not apply to them.
+ONCE_DIFFERENTIABLE_TESTS = ALL_TESTS[:3]
+
+F64, F32 = torch.float64, torch.float32
+
+
+def low_precision(device):
+    return torch.bfloat16 if device == "cpu" else torch.float16
+
+
+# name -> (op, builder(device, dtype, requires_grad, t) -> (args, kwargs)), where
+# t(shape, layout="contiguous") makes a tensor.
+SAMPLES = {
+    "conv2d-grouped-strided": ("conv2d", lambda t: (
+        (t((2, 4, 7, 6)), t((6, 2, 3, 2)), t((6,)), [2, 1], [1, 2], [1, 2], 2), {})),
+    "conv2d-defaults": ("conv2d", lambda t: ((t((2, 3, 5, 5)), t((4, 3, 2, 2))), {})),
+    "conv2d-kwargs-single-ints": ("conv2d", lambda t: (
+        (t((2, 2, 6, 5)), t((4, 1, 3, 3))), dict(bias=t((4,)), stride=[2], padding=[1], groups=2))),
+    "conv2d-unbatched": ("conv2d", lambda t: ((t((3, 6, 5)), t((2, 3, 2, 3)), t((2,))), {})),
+    "conv2d-channels_last": ("conv2d", lambda t: (
+        (t((2, 4, 5, 6), "channels_last"), t((4, 1, 3, 3)), None, [1, 1], [1, 1], [1, 1], 4), {})),
+    "conv2d-batch0": ("conv2d", lambda t: ((t((0, 2, 5, 5)), t((3, 2, 2, 2)), t((3,))), {})),
+    "im2col": ("im2col", lambda t: ((t((2, 3, 7, 6)), [3, 2], [2, 1], [1, 0], [1, 2]), {})),
+    "im2col-defaults": ("im2col", lambda t: ((t((2, 3, 5, 5)), [2]), {})),
+    "im2col-unbatched-transposed": ("im2col", lambda t: (
+        (t((3, 6, 5), "transposed"), [2, 3]), dict(padding=[1, 1]))),
+    "col2im": ("col2im", lambda t: ((t((2, 18, 16)), [7, 6], [3, 2], [2, 1], [1, 0], [1, 2]), {})),
+    "col2im-defaults": ("col2im", lambda t: ((t((2, 12, 16)), [5, 5], [2]), {})),
+    "col2im-unbatched-sliced": ("col2im", lambda t: (
+        (t((6, 24), "sliced"), [4, 5], [1, 2]), dict(dilation=[2, 1], padding=[1, 0]))),
+    "conv2d_grad_input": ("conv2d_grad_input", lambda t: (
+        (t((2, 6, 4, 8)), t((2, 4, 7, 6)), t((6, 2, 3, 2)), [2, 1], [1, 2], [1, 2], 2), {})),
+    "conv2d_grad_input-unbatched": ("conv2d_grad_input", lambda t: (
+        (t((2, 4, 3)), t((3, 6, 5)), t((2, 3, 3, 3)), [1, 1], [0, 0], [1, 1], 1), {})),
+    "conv2d_grad_weight": ("conv2d_grad_weight", lambda t: (
+        (t((2, 6, 4, 8)), t((2, 4, 7, 6)), t((6, 2, 3, 2)), [2, 1], [1, 2], [1, 2], 2), {})),
+    "conv2d_grad_weight-unbatched": ("conv2d_grad_weight", lambda t: (
+        (t((2, 4, 3)), t((3, 6, 5)), t((2, 3, 3, 3)), [1], [0], [1], 1), {})),
+    "conv2d_grad_bias": ("conv2d_grad_bias", lambda t: ((t((2, 6, 4, 5)),), {})),
+    "conv2d_grad_bias-unbatched": ("conv2d_grad_bias", lambda t: ((t((6, 4, 5), "transposed"),), {})),
+}
+
+BACKWARD_OPS = {"conv2d_grad_input", "conv2d_grad_weight", "conv2d_grad_bias"}
+
+
+def test_every_op_has_an_opcheck_sample():
+    names = {op for op, _ in SAMPLES.values()}
+    expected = {"conv2d", "im2col", "col2im"} | BACKWARD_OPS
+    assert expected <= names
+    for op in expected:
+        assert hasattr(ops, op), f"torch.ops.customconv.{op} is not registered"
+
+
+def build(sample, device, dtype, requires_grad, gen):
+    op, builder = SAMPLES[sample]
+
+    def t(shape, layout="contiguous"):
+        return make_tensor(shape, dtype, device, layout, gen, requires_grad)
+
+    args, kwargs = builder(t)
+    return getattr(ops, op), op, args, kwargs
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "requires_grad"])
+@pytest.mark.parametrize("sample", sorted(SAMPLES))
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_op_passes_opcheck(device, sample, requires_grad, gen):
+    op, name, args, kwargs = build(sample, device, F64, requires_grad, gen)
+    tests = ONCE_DIFFERENTIABLE_TESTS if requires_grad and name in BACKWARD_OPS else ALL_TESTS
+    result = torch.library.opcheck(op, args, kwargs, test_utils=tests)
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+@pytest.mark.parametrize("sample", ["conv2d-grouped-strided", "im2col", "col2im",
+                                    "conv2d_grad_input", "conv2d_grad_weight", "conv2d_grad_bias"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_op_passes_opcheck_in_float32_and_half_precision(device, sample, gen):
+    for dtype in (F32, low_precision(device)):
+        op, _, args, kwargs = build(sample, device, dtype, False, gen)
+        result = torch.library.opcheck(op, args, kwargs, test_utils=ALL_TESTS)
+        assert all(v == "SUCCESS" for v in result.values()), (dtype, result)
