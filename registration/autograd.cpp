@@ -199,56 +199,39 @@ class Col2imFunction : public torch::autograd::Function<Col2imFunction> {
   }
 };
 
-// Wraps a backward op so that differentiating it again is a clear error
-// rather than a silently missing gradient.
-template <class Op>
-class OnceDifferentiable : public torch::autograd::Function<OnceDifferentiable<Op>> {
- public:
-  template <class... Args>
-  static at::Tensor forward(AutogradContext*, const Args&... args) {
+// The Autograd kernel of a backward op returning one tensor: it runs the op
+// below autograd and, when a gradient of its result is asked for, refuses
+// clearly instead of silently returning none. `Fn` is the op's public C++
+// function, `kName` its name.
+template <auto Fn, const char* kName>
+struct RefuseDoubleBackward;
+
+template <class... Args, at::Tensor (*Fn)(Args...), const char* kName>
+struct RefuseDoubleBackward<Fn, kName>
+    : torch::autograd::Function<RefuseDoubleBackward<Fn, kName>> {
+  static at::Tensor forward(AutogradContext*, Args... args) {
     at::AutoDispatchBelowADInplaceOrView below;
-    return Op::call(args...);
+    return Fn(args...);
   }
   static variable_list backward(AutogradContext*, variable_list) {
-    TORCH_CHECK(false, "customconv::", Op::name,
+    TORCH_CHECK(false, "customconv::", kName,
                 ": double backward (differentiating a gradient of this op) is not supported");
   }
+  static at::Tensor kernel(Args... args) { return RefuseDoubleBackward::apply(args...); }
 };
 
-struct GradInputOp {
-  static constexpr const char* name = "conv2d_grad_input";
-  template <class... Args>
-  static at::Tensor call(const Args&... a) { return detail::conv2d_grad_input(a...); }
-};
-struct GradWeightOp {
-  static constexpr const char* name = "conv2d_grad_weight";
-  template <class... Args>
-  static at::Tensor call(const Args&... a) { return detail::conv2d_grad_weight(a...); }
-};
-struct DepthwiseGradInputOp {
-  static constexpr const char* name = "depthwise_conv2d_grad_input";
-  template <class... Args>
-  static at::Tensor call(const Args&... a) { return detail::depthwise_conv2d_grad_input(a...); }
-};
-struct DepthwiseGradWeightOp {
-  static constexpr const char* name = "depthwise_conv2d_grad_weight";
-  template <class... Args>
-  static at::Tensor call(const Args&... a) { return detail::depthwise_conv2d_grad_weight(a...); }
-};
-struct Filter2dGradInputOp {
-  static constexpr const char* name = "filter2d_grad_input";
-  template <class... Args>
-  static at::Tensor call(const Args&... a) { return detail::filter2d_grad_input(a...); }
-};
-struct Filter2dGradKernelOp {
-  static constexpr const char* name = "filter2d_grad_kernel";
-  template <class... Args>
-  static at::Tensor call(const Args&... a) { return detail::filter2d_grad_kernel(a...); }
-};
-struct GradBiasOp {
-  static constexpr const char* name = "conv2d_grad_bias";
-  static at::Tensor call(const at::Tensor& g) { return detail::conv2d_grad_bias(g); }
-};
+constexpr char kConv2dGradInput[] = "conv2d_grad_input";
+constexpr char kConv2dGradWeight[] = "conv2d_grad_weight";
+constexpr char kConv2dGradBias[] = "conv2d_grad_bias";
+constexpr char kDepthwiseGradInput[] = "depthwise_conv2d_grad_input";
+constexpr char kDepthwiseGradWeight[] = "depthwise_conv2d_grad_weight";
+constexpr char kFilter2dGradInput[] = "filter2d_grad_input";
+constexpr char kFilter2dGradKernel[] = "filter2d_grad_kernel";
+
+template <auto Fn, const char* kName>
+void register_once_differentiable(torch::Library& m) {
+  m.impl(kName, &RefuseDoubleBackward<Fn, kName>::kernel);
+}
 
 at::Tensor conv2d_autograd(const at::Tensor& input, const at::Tensor& weight,
                            const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
@@ -263,37 +246,9 @@ at::Tensor depthwise_conv2d_autograd(const at::Tensor& input, const at::Tensor& 
   return DepthwiseConv2dFunction::apply(input, weight, bias, stride, padding, dilation);
 }
 
-at::Tensor depthwise_conv2d_grad_input_autograd(const at::Tensor& grad_output,
-                                                const at::Tensor& input, const at::Tensor& weight,
-                                                c10::IntArrayRef stride, c10::IntArrayRef padding,
-                                                c10::IntArrayRef dilation) {
-  return OnceDifferentiable<DepthwiseGradInputOp>::apply(grad_output, input, weight, stride,
-                                                         padding, dilation);
-}
-
-at::Tensor depthwise_conv2d_grad_weight_autograd(const at::Tensor& grad_output,
-                                                 const at::Tensor& input,
-                                                 const at::Tensor& weight,
-                                                 c10::IntArrayRef stride,
-                                                 c10::IntArrayRef padding,
-                                                 c10::IntArrayRef dilation) {
-  return OnceDifferentiable<DepthwiseGradWeightOp>::apply(grad_output, input, weight, stride,
-                                                          padding, dilation);
-}
-
 at::Tensor filter2d_autograd(const at::Tensor& input, const at::Tensor& kernel,
                              c10::string_view border) {
   return Filter2dFunction::apply(input, kernel, border);
-}
-
-at::Tensor filter2d_grad_input_autograd(const at::Tensor& grad_output, const at::Tensor& kernel,
-                                        c10::string_view border) {
-  return OnceDifferentiable<Filter2dGradInputOp>::apply(grad_output, kernel, border);
-}
-
-at::Tensor filter2d_grad_kernel_autograd(const at::Tensor& grad_output, const at::Tensor& input,
-                                         const at::Tensor& kernel, c10::string_view border) {
-  return OnceDifferentiable<Filter2dGradKernelOp>::apply(grad_output, input, kernel, border);
 }
 
 at::Tensor trilinear_autograd(const at::Tensor& feats, const at::Tensor& points) {
@@ -319,43 +274,23 @@ at::Tensor col2im_autograd(const at::Tensor& columns, c10::IntArrayRef output_si
   return Col2imFunction::apply(columns, output_size, kernel_size, stride, padding, dilation);
 }
 
-at::Tensor conv2d_grad_input_autograd(const at::Tensor& grad_output, const at::Tensor& input,
-                                      const at::Tensor& weight, c10::IntArrayRef stride,
-                                      c10::IntArrayRef padding, c10::IntArrayRef dilation,
-                                      int64_t groups) {
-  return OnceDifferentiable<GradInputOp>::apply(grad_output, input, weight, stride, padding,
-                                                dilation, groups);
-}
-
-at::Tensor conv2d_grad_weight_autograd(const at::Tensor& grad_output, const at::Tensor& input,
-                                       const at::Tensor& weight, c10::IntArrayRef stride,
-                                       c10::IntArrayRef padding, c10::IntArrayRef dilation,
-                                       int64_t groups) {
-  return OnceDifferentiable<GradWeightOp>::apply(grad_output, input, weight, stride, padding,
-                                                 dilation, groups);
-}
-
-at::Tensor conv2d_grad_bias_autograd(const at::Tensor& grad_output) {
-  return OnceDifferentiable<GradBiasOp>::apply(grad_output);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(customconv, Autograd, m) {
   m.impl("conv2d", &conv2d_autograd);
   m.impl("depthwise_conv2d", &depthwise_conv2d_autograd);
-  m.impl("depthwise_conv2d_grad_input", &depthwise_conv2d_grad_input_autograd);
-  m.impl("depthwise_conv2d_grad_weight", &depthwise_conv2d_grad_weight_autograd);
   m.impl("filter2d", &filter2d_autograd);
-  m.impl("filter2d_grad_input", &filter2d_grad_input_autograd);
-  m.impl("filter2d_grad_kernel", &filter2d_grad_kernel_autograd);
   m.impl("trilinear_interpolation", &trilinear_autograd);
   m.impl("trilinear_interpolation_backward", &trilinear_backward_autograd);
   m.impl("im2col", &im2col_autograd);
   m.impl("col2im", &col2im_autograd);
-  m.impl("conv2d_grad_input", &conv2d_grad_input_autograd);
-  m.impl("conv2d_grad_weight", &conv2d_grad_weight_autograd);
-  m.impl("conv2d_grad_bias", &conv2d_grad_bias_autograd);
+  register_once_differentiable<&detail::conv2d_grad_input, kConv2dGradInput>(m);
+  register_once_differentiable<&detail::conv2d_grad_weight, kConv2dGradWeight>(m);
+  register_once_differentiable<&detail::conv2d_grad_bias, kConv2dGradBias>(m);
+  register_once_differentiable<&detail::depthwise_conv2d_grad_input, kDepthwiseGradInput>(m);
+  register_once_differentiable<&detail::depthwise_conv2d_grad_weight, kDepthwiseGradWeight>(m);
+  register_once_differentiable<&detail::filter2d_grad_input, kFilter2dGradInput>(m);
+  register_once_differentiable<&detail::filter2d_grad_kernel, kFilter2dGradKernel>(m);
 }
 
 }  // namespace customconv
