@@ -2,10 +2,10 @@
 // Autograd key, so backward works from Python and from pure C++ alike. The
 // forward runs below autograd through the dispatcher; the backward calls the
 // backward ops, also through the dispatcher.
-#include "customconv/customconv.h"
-
 #include <torch/autograd.h>
 #include <torch/library.h>
+
+#include "customconv/customconv.h"
 
 namespace customconv {
 namespace {
@@ -19,10 +19,9 @@ std::vector<int64_t> as_pair(c10::IntArrayRef v) {
 
 class Conv2dFunction : public torch::autograd::Function<Conv2dFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
-                            const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                            c10::IntArrayRef stride, c10::IntArrayRef padding,
-                            c10::IntArrayRef dilation, int64_t groups) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                            c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
     at::AutoDispatchBelowADInplaceOrView below;
     ctx->saved_data["stride"] = as_pair(stride);
     ctx->saved_data["padding"] = as_pair(padding);
@@ -58,10 +57,9 @@ class Conv2dFunction : public torch::autograd::Function<Conv2dFunction> {
 
 class DepthwiseConv2dFunction : public torch::autograd::Function<DepthwiseConv2dFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
-                            const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                            c10::IntArrayRef stride, c10::IntArrayRef padding,
-                            c10::IntArrayRef dilation) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                            c10::IntArrayRef padding, c10::IntArrayRef dilation) {
     at::AutoDispatchBelowADInplaceOrView below;
     ctx->saved_data["stride"] = as_pair(stride);
     ctx->saved_data["padding"] = as_pair(padding);
@@ -95,8 +93,8 @@ class DepthwiseConv2dFunction : public torch::autograd::Function<DepthwiseConv2d
 
 class Filter2dFunction : public torch::autograd::Function<Filter2dFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
-                            const at::Tensor& kernel, c10::string_view border) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& kernel,
+                            c10::string_view border) {
     at::AutoDispatchBelowADInplaceOrView below;
     ctx->saved_data["border"] = std::string(border);
     ctx->save_for_backward({input, kernel});
@@ -143,7 +141,8 @@ class TrilinearBackwardFunction : public torch::autograd::Function<TrilinearBack
     return {grad_feats, grad_points};
   }
   static variable_list backward(AutogradContext*, variable_list) {
-    TORCH_CHECK(false, "customconv::trilinear_interpolation_backward: double backward "
+    TORCH_CHECK(false,
+                "customconv::trilinear_interpolation_backward: double backward "
                 "(differentiating a gradient of this op) is not supported");
   }
 };
@@ -155,9 +154,9 @@ class Im2colFunction : public torch::autograd::Function<Im2colFunction> {
                             c10::IntArrayRef padding, c10::IntArrayRef dilation) {
     at::AutoDispatchBelowADInplaceOrView below;
     // col2im's output_size is int[2]: under symbolic shapes, H and W specialize.
-    ctx->saved_data["image_size"] = std::vector<int64_t>{
-        input.sym_size(-2).guard_int(__FILE__, __LINE__),
-        input.sym_size(-1).guard_int(__FILE__, __LINE__)};
+    ctx->saved_data["image_size"] =
+        std::vector<int64_t>{input.sym_size(-2).guard_int(__FILE__, __LINE__),
+                             input.sym_size(-1).guard_int(__FILE__, __LINE__)};
     ctx->saved_data["kernel_size"] = as_pair(kernel_size);
     ctx->saved_data["stride"] = as_pair(stride);
     ctx->saved_data["padding"] = as_pair(padding);
@@ -191,10 +190,10 @@ class Col2imFunction : public torch::autograd::Function<Col2imFunction> {
 
   // The adjoint of col2im is im2col (differentiable in turn).
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    at::Tensor gc = customconv::im2col(
-        grads[0], ctx->saved_data["kernel_size"].toIntVector(),
-        ctx->saved_data["stride"].toIntVector(), ctx->saved_data["padding"].toIntVector(),
-        ctx->saved_data["dilation"].toIntVector());
+    at::Tensor gc = customconv::im2col(grads[0], ctx->saved_data["kernel_size"].toIntVector(),
+                                       ctx->saved_data["stride"].toIntVector(),
+                                       ctx->saved_data["padding"].toIntVector(),
+                                       ctx->saved_data["dilation"].toIntVector());
     return {gc, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -240,9 +239,8 @@ at::Tensor conv2d_autograd(const at::Tensor& input, const at::Tensor& weight,
 }
 
 at::Tensor depthwise_conv2d_autograd(const at::Tensor& input, const at::Tensor& weight,
-                                     const std::optional<at::Tensor>& bias,
-                                     c10::IntArrayRef stride, c10::IntArrayRef padding,
-                                     c10::IntArrayRef dilation) {
+                                     const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                     c10::IntArrayRef padding, c10::IntArrayRef dilation) {
   return DepthwiseConv2dFunction::apply(input, weight, bias, stride, padding, dilation);
 }
 

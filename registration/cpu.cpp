@@ -1,11 +1,11 @@
 // CPU kernels of every op.
+#include <torch/library.h>
+
 #include "ops/columns/column_ops.h"
 #include "ops/conv2d/conv2d.h"
 #include "ops/depthwise/depthwise.h"
 #include "ops/filter2d/filter2d.h"
 #include "ops/trilinear/trilinear.h"
-
-#include <torch/library.h>
 
 namespace customconv {
 namespace {
@@ -28,8 +28,8 @@ at::Tensor conv2d_grad_weight_cpu(const at::Tensor& grad_output, const at::Tenso
                                   const at::Tensor& weight, c10::IntArrayRef stride,
                                   c10::IntArrayRef padding, c10::IntArrayRef dilation,
                                   int64_t groups) {
-  return conv2d_grad_weight_impl(cpu_column_kernels(), grad_output, input, weight, stride,
-                                 padding, dilation, groups);
+  return conv2d_grad_weight_impl(cpu_column_kernels(), grad_output, input, weight, stride, padding,
+                                 dilation, groups);
 }
 
 at::Tensor im2col_cpu_op(const at::Tensor& input, c10::IntArrayRef kernel_size,
@@ -48,24 +48,26 @@ at::Tensor col2im_cpu_op(const at::Tensor& columns, c10::IntArrayRef output_size
 at::Tensor depthwise_conv2d_cpu(const at::Tensor& input, const at::Tensor& weight,
                                 const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                 c10::IntArrayRef padding, c10::IntArrayRef dilation) {
-  return depthwise_conv2d_impl(cpu_depthwise_kernels(), input, weight, bias, stride, padding, dilation);
+  return depthwise_conv2d_impl(cpu_depthwise_kernels(), input, weight, bias, stride, padding,
+                               dilation);
 }
 
 at::Tensor depthwise_conv2d_grad_input_cpu(const at::Tensor& grad_output, const at::Tensor& input,
                                            const at::Tensor& weight, c10::IntArrayRef stride,
                                            c10::IntArrayRef padding, c10::IntArrayRef dilation) {
-  return depthwise_conv2d_grad_input_impl(cpu_depthwise_kernels(), grad_output, input, weight, stride,
-                                          padding, dilation);
+  return depthwise_conv2d_grad_input_impl(cpu_depthwise_kernels(), grad_output, input, weight,
+                                          stride, padding, dilation);
 }
 
 at::Tensor depthwise_conv2d_grad_weight_cpu(const at::Tensor& grad_output, const at::Tensor& input,
                                             const at::Tensor& weight, c10::IntArrayRef stride,
                                             c10::IntArrayRef padding, c10::IntArrayRef dilation) {
-  return depthwise_conv2d_grad_weight_impl(cpu_depthwise_kernels(), grad_output, input, weight, stride,
-                                           padding, dilation);
+  return depthwise_conv2d_grad_weight_impl(cpu_depthwise_kernels(), grad_output, input, weight,
+                                           stride, padding, dilation);
 }
 
-at::Tensor filter2d_cpu(const at::Tensor& input, const at::Tensor& kernel, c10::string_view border) {
+at::Tensor filter2d_cpu(const at::Tensor& input, const at::Tensor& kernel,
+                        c10::string_view border) {
   return filter2d_impl(cpu_filter2d_kernels(), input, kernel, border);
 }
 
@@ -84,8 +86,8 @@ at::Tensor trilinear_cpu(const at::Tensor& feats, const at::Tensor& points) {
 }
 
 std::tuple<at::Tensor, at::Tensor> trilinear_backward_cpu(const at::Tensor& grad_output,
-                                                         const at::Tensor& feats,
-                                                         const at::Tensor& points) {
+                                                          const at::Tensor& feats,
+                                                          const at::Tensor& points) {
   return trilinear_backward_impl(cpu_trilinear_kernels(), grad_output, feats, points);
 }
 

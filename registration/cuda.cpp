@@ -1,13 +1,13 @@
 // CUDA kernels of every op. Each entry point pins the input's device; the
 // kernels launch on the current stream.
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
 #include "ops/columns/column_ops.h"
 #include "ops/conv2d/conv2d.h"
 #include "ops/depthwise/depthwise.h"
 #include "ops/filter2d/filter2d.h"
 #include "ops/trilinear/trilinear.h"
-
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
 
 namespace customconv {
 namespace {
@@ -19,40 +19,40 @@ std::optional<c10::Device> cuda_device_of(const at::Tensor& t) {
 }
 
 at::Tensor conv2d_cuda(const at::Tensor& input, const at::Tensor& weight,
-                      const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
-                      c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
+                       const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                       c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(input));
   return conv2d_impl(cuda_column_kernels(), input, weight, bias, stride, padding, dilation, groups);
 }
 
 at::Tensor conv2d_grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& input,
-                                 const at::Tensor& weight, c10::IntArrayRef stride,
-                                 c10::IntArrayRef padding, c10::IntArrayRef dilation,
-                                 int64_t groups) {
+                                  const at::Tensor& weight, c10::IntArrayRef stride,
+                                  c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                  int64_t groups) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
   return conv2d_grad_input_impl(cuda_column_kernels(), grad_output, input, weight, stride, padding,
                                 dilation, groups);
 }
 
 at::Tensor conv2d_grad_weight_cuda(const at::Tensor& grad_output, const at::Tensor& input,
-                                  const at::Tensor& weight, c10::IntArrayRef stride,
-                                  c10::IntArrayRef padding, c10::IntArrayRef dilation,
-                                  int64_t groups) {
+                                   const at::Tensor& weight, c10::IntArrayRef stride,
+                                   c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                   int64_t groups) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
-  return conv2d_grad_weight_impl(cuda_column_kernels(), grad_output, input, weight, stride,
-                                 padding, dilation, groups);
+  return conv2d_grad_weight_impl(cuda_column_kernels(), grad_output, input, weight, stride, padding,
+                                 dilation, groups);
 }
 
 at::Tensor im2col_cuda_op(const at::Tensor& input, c10::IntArrayRef kernel_size,
-                         c10::IntArrayRef stride, c10::IntArrayRef padding,
-                         c10::IntArrayRef dilation) {
+                          c10::IntArrayRef stride, c10::IntArrayRef padding,
+                          c10::IntArrayRef dilation) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(input));
   return im2col_impl(cuda_column_kernels(), input, kernel_size, stride, padding, dilation);
 }
 
 at::Tensor col2im_cuda_op(const at::Tensor& columns, c10::IntArrayRef output_size,
-                         c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
-                         c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+                          c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                          c10::IntArrayRef padding, c10::IntArrayRef dilation) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(columns));
   return col2im_impl(cuda_column_kernels(), columns, output_size, kernel_size, stride, padding,
                      dilation);
@@ -64,41 +64,43 @@ at::Tensor conv2d_grad_bias_cuda(const at::Tensor& grad_output) {
 }
 
 at::Tensor depthwise_conv2d_cuda(const at::Tensor& input, const at::Tensor& weight,
-                                const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
-                                c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+                                 const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                 c10::IntArrayRef padding, c10::IntArrayRef dilation) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(input));
-  return depthwise_conv2d_impl(cuda_depthwise_kernels(), input, weight, bias, stride, padding, dilation);
+  return depthwise_conv2d_impl(cuda_depthwise_kernels(), input, weight, bias, stride, padding,
+                               dilation);
 }
 
 at::Tensor depthwise_conv2d_grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& input,
-                                           const at::Tensor& weight, c10::IntArrayRef stride,
-                                           c10::IntArrayRef padding, c10::IntArrayRef dilation) {
-  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
-  return depthwise_conv2d_grad_input_impl(cuda_depthwise_kernels(), grad_output, input, weight, stride,
-                                          padding, dilation);
-}
-
-at::Tensor depthwise_conv2d_grad_weight_cuda(const at::Tensor& grad_output, const at::Tensor& input,
                                             const at::Tensor& weight, c10::IntArrayRef stride,
                                             c10::IntArrayRef padding, c10::IntArrayRef dilation) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
-  return depthwise_conv2d_grad_weight_impl(cuda_depthwise_kernels(), grad_output, input, weight, stride,
-                                           padding, dilation);
+  return depthwise_conv2d_grad_input_impl(cuda_depthwise_kernels(), grad_output, input, weight,
+                                          stride, padding, dilation);
 }
 
-at::Tensor filter2d_cuda(const at::Tensor& input, const at::Tensor& kernel, c10::string_view border) {
+at::Tensor depthwise_conv2d_grad_weight_cuda(const at::Tensor& grad_output, const at::Tensor& input,
+                                             const at::Tensor& weight, c10::IntArrayRef stride,
+                                             c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
+  return depthwise_conv2d_grad_weight_impl(cuda_depthwise_kernels(), grad_output, input, weight,
+                                           stride, padding, dilation);
+}
+
+at::Tensor filter2d_cuda(const at::Tensor& input, const at::Tensor& kernel,
+                         c10::string_view border) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(input));
   return filter2d_impl(cuda_filter2d_kernels(), input, kernel, border);
 }
 
 at::Tensor filter2d_grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& kernel,
-                                   c10::string_view border) {
+                                    c10::string_view border) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
   return filter2d_grad_input_impl(cuda_filter2d_kernels(), grad_output, kernel, border);
 }
 
 at::Tensor filter2d_grad_kernel_cuda(const at::Tensor& grad_output, const at::Tensor& input,
-                                    const at::Tensor& kernel, c10::string_view border) {
+                                     const at::Tensor& kernel, c10::string_view border) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
   return filter2d_grad_kernel_impl(cuda_filter2d_kernels(), grad_output, input, kernel, border);
 }
@@ -109,8 +111,8 @@ at::Tensor trilinear_cuda(const at::Tensor& feats, const at::Tensor& points) {
 }
 
 std::tuple<at::Tensor, at::Tensor> trilinear_backward_cuda(const at::Tensor& grad_output,
-                                                         const at::Tensor& feats,
-                                                         const at::Tensor& points) {
+                                                           const at::Tensor& feats,
+                                                           const at::Tensor& points) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(feats));
   return trilinear_backward_impl(cuda_trilinear_kernels(), grad_output, feats, points);
 }

@@ -1,12 +1,12 @@
 // Meta kernels: output shapes from the same checks the CPU and CUDA kernels
 // run (ops/common), with symbolic sizes. FakeTensor uses these under
 // torch.compile, torch.export and AOTInductor.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
 #include "ops/common/conv_shapes.h"
 #include "ops/common/filter_shapes.h"
 #include "ops/common/trilinear_shapes.h"
-
-#include <ATen/ATen.h>
-#include <torch/library.h>
 
 namespace customconv {
 namespace {
@@ -21,7 +21,8 @@ std::vector<Sym> image_sizes(bool batched, Sym n, Sym c, Sym h, Sym w) {
 at::Tensor conv2d_meta(const at::Tensor& input, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                        c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
-  const auto s = check_conv2d<Sym>("conv2d", input, weight, bias, stride, padding, dilation, groups);
+  const auto s =
+      check_conv2d<Sym>("conv2d", input, weight, bias, stride, padding, dilation, groups);
   return at::empty_symint(image_sizes(s.in.batched, s.in.n, s.k, s.oh, s.ow), input.options());
 }
 
@@ -30,8 +31,7 @@ at::Tensor conv2d_grad_input_meta(const at::Tensor& grad_output, const at::Tenso
                                   c10::IntArrayRef padding, c10::IntArrayRef dilation,
                                   int64_t groups) {
   const char* op = "conv2d_grad_input";
-  const auto s = check_conv2d<Sym>(op, input, weight, std::nullopt, stride, padding, dilation, groups);
-  check_conv2d_grad_output(op, grad_output, input, s);
+  check_conv2d_backward<Sym>(op, grad_output, input, weight, stride, padding, dilation, groups);
   return at::empty_symint(input.sym_sizes(), input.options());
 }
 
@@ -40,8 +40,7 @@ at::Tensor conv2d_grad_weight_meta(const at::Tensor& grad_output, const at::Tens
                                    c10::IntArrayRef padding, c10::IntArrayRef dilation,
                                    int64_t groups) {
   const char* op = "conv2d_grad_weight";
-  const auto s = check_conv2d<Sym>(op, input, weight, std::nullopt, stride, padding, dilation, groups);
-  check_conv2d_grad_output(op, grad_output, input, s);
+  check_conv2d_backward<Sym>(op, grad_output, input, weight, stride, padding, dilation, groups);
   return at::empty_symint(weight.sym_sizes(), weight.options());
 }
 
@@ -64,24 +63,20 @@ at::Tensor depthwise_grad_meta(const char* op, const at::Tensor& grad_output,
                                const at::Tensor& input, const at::Tensor& weight,
                                c10::IntArrayRef stride, c10::IntArrayRef padding,
                                c10::IntArrayRef dilation, const at::Tensor& like) {
-  const auto s = check_depthwise_conv2d<Sym>(op, input, weight, std::nullopt, stride, padding,
-                                             dilation);
-  check_conv2d_grad_output(op, grad_output, input, s);
+  check_depthwise_conv2d_backward<Sym>(op, grad_output, input, weight, stride, padding, dilation);
   return at::empty_symint(like.sym_sizes(), like.options());
 }
 
-at::Tensor depthwise_conv2d_grad_input_meta(const at::Tensor& grad_output,
-                                            const at::Tensor& input, const at::Tensor& weight,
-                                            c10::IntArrayRef stride, c10::IntArrayRef padding,
-                                            c10::IntArrayRef dilation) {
+at::Tensor depthwise_conv2d_grad_input_meta(const at::Tensor& grad_output, const at::Tensor& input,
+                                            const at::Tensor& weight, c10::IntArrayRef stride,
+                                            c10::IntArrayRef padding, c10::IntArrayRef dilation) {
   return depthwise_grad_meta("depthwise_conv2d_grad_input", grad_output, input, weight, stride,
                              padding, dilation, input);
 }
 
-at::Tensor depthwise_conv2d_grad_weight_meta(const at::Tensor& grad_output,
-                                             const at::Tensor& input, const at::Tensor& weight,
-                                             c10::IntArrayRef stride, c10::IntArrayRef padding,
-                                             c10::IntArrayRef dilation) {
+at::Tensor depthwise_conv2d_grad_weight_meta(const at::Tensor& grad_output, const at::Tensor& input,
+                                             const at::Tensor& weight, c10::IntArrayRef stride,
+                                             c10::IntArrayRef padding, c10::IntArrayRef dilation) {
   return depthwise_grad_meta("depthwise_conv2d_grad_weight", grad_output, input, weight, stride,
                              padding, dilation, weight);
 }
@@ -117,10 +112,10 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_meta(const at::Tensor& gra
   check_trilinear<Sym>(op, feats, points);
   check_dims(op, "grad_output", grad_output, {2});
   check_same_dtype_device(op, "grad_output", grad_output, "feats", feats);
-  TORCH_CHECK(grad_output.sym_size(0) == feats.sym_size(0) &&
-                  grad_output.sym_size(1) == feats.sym_size(2),
-              op, ": grad_output has shape ", grad_output.sym_sizes(), " but the output is (",
-              feats.sym_size(0), ", ", feats.sym_size(2), ")");
+  TORCH_CHECK(
+      grad_output.sym_size(0) == feats.sym_size(0) && grad_output.sym_size(1) == feats.sym_size(2),
+      op, ": grad_output has shape ", grad_output.sym_sizes(), " but the output is (",
+      feats.sym_size(0), ", ", feats.sym_size(2), ")");
   return {at::empty_symint(feats.sym_sizes(), feats.options()),
           at::empty_symint(points.sym_sizes(), points.options())};
 }
@@ -138,8 +133,8 @@ at::Tensor im2col_meta(const at::Tensor& input, c10::IntArrayRef kernel_size,
 at::Tensor col2im_meta(const at::Tensor& columns, c10::IntArrayRef output_size,
                        c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
                        c10::IntArrayRef padding, c10::IntArrayRef dilation) {
-  const auto s = check_col2im<Sym>("col2im", columns, output_size, kernel_size, stride, padding,
-                                   dilation);
+  const auto s =
+      check_col2im<Sym>("col2im", columns, output_size, kernel_size, stride, padding, dilation);
   return at::empty_symint(image_sizes(s.in.batched, s.in.n, s.in.c, s.in.h, s.in.w),
                           columns.options());
 }

@@ -1,8 +1,8 @@
 // The public C++ functions: typed handles on the dispatcher, so C++ callers go
 // through autograd and device dispatch like Python callers do.
-#include "customconv/customconv.h"
-
 #include <ATen/core/dispatch/Dispatcher.h>
+
+#include "customconv/customconv.h"
 
 namespace customconv {
 namespace {
@@ -53,8 +53,8 @@ at::Tensor filter2d(const at::Tensor& input, const at::Tensor& kernel, c10::stri
 }
 
 at::Tensor trilinear_interpolation(const at::Tensor& feats, const at::Tensor& points) {
-  static const auto op =
-      handle<at::Tensor(const at::Tensor&, const at::Tensor&)>("customconv::trilinear_interpolation");
+  static const auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&)>(
+      "customconv::trilinear_interpolation");
   return op.call(feats, points);
 }
 
@@ -75,16 +75,14 @@ namespace detail {
 
 at::Tensor conv2d_grad_input(const at::Tensor& grad_output, const at::Tensor& input,
                              const at::Tensor& weight, c10::IntArrayRef stride,
-                             c10::IntArrayRef padding, c10::IntArrayRef dilation,
-                             int64_t groups) {
+                             c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
   static const auto op = handle<Conv2dGradSig>("customconv::conv2d_grad_input");
   return op.call(grad_output, input, weight, stride, padding, dilation, groups);
 }
 
 at::Tensor conv2d_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
                               const at::Tensor& weight, c10::IntArrayRef stride,
-                              c10::IntArrayRef padding, c10::IntArrayRef dilation,
-                              int64_t groups) {
+                              c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
   static const auto op = handle<Conv2dGradSig>("customconv::conv2d_grad_weight");
   return op.call(grad_output, input, weight, stride, padding, dilation, groups);
 }

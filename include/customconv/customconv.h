@@ -66,27 +66,21 @@ CUSTOMCONV_API void set_workspace_limit_bytes(int64_t bytes);
 namespace detail {
 
 // The backward ops, registered as ops of their own (used by the autograd kernels).
-CUSTOMCONV_API at::Tensor conv2d_grad_input(const at::Tensor& grad_output,
-                                            const at::Tensor& input, const at::Tensor& weight,
-                                            c10::IntArrayRef stride, c10::IntArrayRef padding,
-                                            c10::IntArrayRef dilation, int64_t groups);
-CUSTOMCONV_API at::Tensor conv2d_grad_weight(const at::Tensor& grad_output,
-                                             const at::Tensor& input, const at::Tensor& weight,
-                                             c10::IntArrayRef stride, c10::IntArrayRef padding,
-                                             c10::IntArrayRef dilation, int64_t groups);
+CUSTOMCONV_API at::Tensor conv2d_grad_input(const at::Tensor& grad_output, const at::Tensor& input,
+                                            const at::Tensor& weight, c10::IntArrayRef stride,
+                                            c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                            int64_t groups);
+CUSTOMCONV_API at::Tensor conv2d_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
+                                             const at::Tensor& weight, c10::IntArrayRef stride,
+                                             c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                             int64_t groups);
 CUSTOMCONV_API at::Tensor conv2d_grad_bias(const at::Tensor& grad_output);
-CUSTOMCONV_API at::Tensor depthwise_conv2d_grad_input(const at::Tensor& grad_output,
-                                                      const at::Tensor& input,
-                                                      const at::Tensor& weight,
-                                                      c10::IntArrayRef stride,
-                                                      c10::IntArrayRef padding,
-                                                      c10::IntArrayRef dilation);
-CUSTOMCONV_API at::Tensor depthwise_conv2d_grad_weight(const at::Tensor& grad_output,
-                                                       const at::Tensor& input,
-                                                       const at::Tensor& weight,
-                                                       c10::IntArrayRef stride,
-                                                       c10::IntArrayRef padding,
-                                                       c10::IntArrayRef dilation);
+CUSTOMCONV_API at::Tensor depthwise_conv2d_grad_input(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation);
+CUSTOMCONV_API at::Tensor depthwise_conv2d_grad_weight(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation);
 
 CUSTOMCONV_API at::Tensor filter2d_grad_input(const at::Tensor& grad_output,
                                               const at::Tensor& kernel, c10::string_view border);

@@ -4,9 +4,9 @@
 // and conv2d's GEMM-friendly buffer (C*kh*kw, n, L).
 #pragma once
 
-#include "ops/common/window.h"
-
 #include <ATen/core/Tensor.h>
+
+#include "ops/common/window.h"
 
 namespace customconv {
 

@@ -1,8 +1,8 @@
 #include "ops/columns/column_ops.h"
 
-#include "ops/common/conv_shapes.h"
-
 #include <ATen/ATen.h>
+
+#include "ops/common/conv_shapes.h"
 
 namespace customconv {
 
@@ -23,8 +23,8 @@ at::Tensor col2im_impl(const ColumnKernels& kernels, const at::Tensor& columns,
                        c10::IntArrayRef output_size, c10::IntArrayRef kernel_size,
                        c10::IntArrayRef stride, c10::IntArrayRef padding,
                        c10::IntArrayRef dilation) {
-  const auto s = check_col2im<int64_t>("col2im", columns, output_size, kernel_size, stride,
-                                       padding, dilation);
+  const auto s =
+      check_col2im<int64_t>("col2im", columns, output_size, kernel_size, stride, padding, dilation);
   at::Tensor out = at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, columns.options());
   if (out.numel() > 0) {
     const int64_t rows = s.in.c * s.win.kh * s.win.kw, length = s.oh * s.ow;

@@ -1,11 +1,11 @@
-#include "ops/columns/column_kernels.h"
-
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <vector>
+
+#include "ops/columns/column_kernels.h"
 
 namespace customconv {
 namespace {
@@ -85,20 +85,22 @@ void col2im_planes(const T* col, T* out, int64_t n, int64_t c, int64_t h, int64_
 
 void im2col_cpu(const at::Tensor& images, const at::Tensor& columns, const Window2d& win,
                 int64_t oh, int64_t ow, ColumnLayout layout) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, images.scalar_type(), "im2col_cpu", [&] {
-    im2col_planes<scalar_t>(images.const_data_ptr<scalar_t>(), columns.data_ptr<scalar_t>(),
-                            images.size(0), images.size(1), images.size(2), images.size(3), win,
-                            oh, ow, layout);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, images.scalar_type(), "im2col_cpu", [&] {
+        im2col_planes<scalar_t>(images.const_data_ptr<scalar_t>(), columns.data_ptr<scalar_t>(),
+                                images.size(0), images.size(1), images.size(2), images.size(3), win,
+                                oh, ow, layout);
+      });
 }
 
 void col2im_cpu(const at::Tensor& columns, const at::Tensor& images, const Window2d& win,
                 int64_t oh, int64_t ow, ColumnLayout layout) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, images.scalar_type(), "col2im_cpu", [&] {
-    col2im_planes<scalar_t>(columns.const_data_ptr<scalar_t>(), images.data_ptr<scalar_t>(),
-                            images.size(0), images.size(1), images.size(2), images.size(3), win,
-                            oh, ow, layout);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, images.scalar_type(), "col2im_cpu", [&] {
+        col2im_planes<scalar_t>(columns.const_data_ptr<scalar_t>(), images.data_ptr<scalar_t>(),
+                                images.size(0), images.size(1), images.size(2), images.size(3), win,
+                                oh, ow, layout);
+      });
 }
 
 }  // namespace customconv

@@ -1,12 +1,12 @@
-#include "ops/columns/column_kernels.h"
-
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+
+#include "ops/columns/column_kernels.h"
 
 namespace customconv {
 namespace {
@@ -25,8 +25,7 @@ int64_t grid_for(int64_t work) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     im2col_kernel(const T* __restrict__ in, T* __restrict__ col, int64_t total, int64_t c,
-                  int64_t h, int64_t w, Window2d k, int64_t oh, int64_t ow,
-                  ColumnLayout lay) {
+                  int64_t h, int64_t w, Window2d k, int64_t oh, int64_t ow, ColumnLayout lay) {
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t x = idx % ow;
@@ -54,8 +53,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     col2im_kernel(const T* __restrict__ col, T* __restrict__ out, int64_t total, int64_t c,
-                  int64_t h, int64_t w, Window2d k, int64_t oh, int64_t ow,
-                  ColumnLayout lay) {
+                  int64_t h, int64_t w, Window2d k, int64_t oh, int64_t ow, ColumnLayout lay) {
   using acc_t = at::opmath_type<T>;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -92,12 +90,13 @@ void im2col_cuda(const at::Tensor& images, const at::Tensor& columns, const Wind
   const int64_t total = images.size(0) * images.size(1) * oh * ow;
   if (total == 0) return;
   auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, images.scalar_type(), "im2col_cuda", [&] {
-    im2col_kernel<scalar_t><<<grid_for(total), kThreads, 0, stream>>>(
-        images.const_data_ptr<scalar_t>(), columns.data_ptr<scalar_t>(), total, images.size(1),
-        images.size(2), images.size(3), win, oh, ow, layout);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, images.scalar_type(), "im2col_cuda", [&] {
+        im2col_kernel<scalar_t><<<grid_for(total), kThreads, 0, stream>>>(
+            images.const_data_ptr<scalar_t>(), columns.data_ptr<scalar_t>(), total, images.size(1),
+            images.size(2), images.size(3), win, oh, ow, layout);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
 }
 
 void col2im_cuda(const at::Tensor& columns, const at::Tensor& images, const Window2d& win,
@@ -106,12 +105,13 @@ void col2im_cuda(const at::Tensor& columns, const at::Tensor& images, const Wind
   const int64_t total = images.numel();
   if (total == 0) return;
   auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, images.scalar_type(), "col2im_cuda", [&] {
-    col2im_kernel<scalar_t><<<grid_for(total), kThreads, 0, stream>>>(
-        columns.const_data_ptr<scalar_t>(), images.data_ptr<scalar_t>(), total, images.size(1),
-        images.size(2), images.size(3), win, oh, ow, layout);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, images.scalar_type(), "col2im_cuda", [&] {
+        col2im_kernel<scalar_t><<<grid_for(total), kThreads, 0, stream>>>(
+            columns.const_data_ptr<scalar_t>(), images.data_ptr<scalar_t>(), total, images.size(1),
+            images.size(2), images.size(3), win, oh, ow, layout);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
 }
 
 }  // namespace customconv

@@ -3,10 +3,10 @@
 // kernels that serve fake tensors, so both see exactly the same rules.
 #pragma once
 
+#include <optional>
+
 #include "ops/common/tensor_checks.h"
 #include "ops/common/window.h"
-
-#include <optional>
 
 namespace customconv {
 
@@ -55,8 +55,8 @@ Conv2dShape<I> check_conv2d(const char* op, const at::Tensor& input, const at::T
   s.groups = groups;
   s.k = dim_size<I>(weight, 0);
   const I wc = dim_size<I>(weight, 1);
-  TORCH_CHECK(s.in.c % groups == 0, op, ": groups (", groups,
-              ") must divide the input channels (", s.in.c, ")");
+  TORCH_CHECK(s.in.c % groups == 0, op, ": groups (", groups, ") must divide the input channels (",
+              s.in.c, ")");
   TORCH_CHECK(s.k % groups == 0, op, ": groups (", groups,
               ") must divide the output channels weight.size(0) (", s.k, ")");
   TORCH_CHECK(wc * groups == s.in.c, op, ": input has ", s.in.c,
@@ -74,8 +74,7 @@ Conv2dShape<I> check_conv2d(const char* op, const at::Tensor& input, const at::T
   s.ow = window_output_size<I>(op, "width", s.in.w, s.win.extent_w(), s.win.sw, s.win.pw);
   if constexpr (std::is_same_v<I, int64_t>) {
     check_numel(op, "the output size", {s.in.n, s.k, s.oh, s.ow});
-    check_numel(op, "the column buffer of one image",
-                {s.in.c, s.win.kh, s.win.kw, s.oh, s.ow});
+    check_numel(op, "the column buffer of one image", {s.in.c, s.win.kh, s.win.kw, s.oh, s.ow});
   }
   return s;
 }
@@ -110,8 +109,30 @@ void check_conv2d_grad_output(const char* op, const at::Tensor& grad_output,
   TORCH_CHECK((!s.in.batched || dim_size<I>(grad_output, 0) == s.in.n) &&
                   dim_size<I>(grad_output, o) == s.k && dim_size<I>(grad_output, o + 1) == s.oh &&
                   dim_size<I>(grad_output, o + 2) == s.ow,
-              op, ": grad_output has shape ", grad_output.sym_sizes(), " but the convolution's output is (",
-              s.in.n, ", ", s.k, ", ", s.oh, ", ", s.ow, ")");
+              op, ": grad_output has shape ", grad_output.sym_sizes(),
+              " but the convolution's output is (", s.in.n, ", ", s.k, ", ", s.oh, ", ", s.ow, ")");
+}
+
+// The arguments of conv2d's backward ops: the forward's, and its grad_output.
+template <class I>
+Conv2dShape<I> check_conv2d_backward(const char* op, const at::Tensor& grad_output,
+                                     const at::Tensor& input, const at::Tensor& weight,
+                                     c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                     c10::IntArrayRef dilation, int64_t groups) {
+  auto s = check_conv2d<I>(op, input, weight, std::nullopt, stride, padding, dilation, groups);
+  check_conv2d_grad_output(op, grad_output, input, s);
+  return s;
+}
+
+// The arguments of depthwise_conv2d's backward ops.
+template <class I>
+Conv2dShape<I> check_depthwise_conv2d_backward(const char* op, const at::Tensor& grad_output,
+                                               const at::Tensor& input, const at::Tensor& weight,
+                                               c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                               c10::IntArrayRef dilation) {
+  auto s = check_depthwise_conv2d<I>(op, input, weight, std::nullopt, stride, padding, dilation);
+  check_conv2d_grad_output(op, grad_output, input, s);
+  return s;
 }
 
 // im2col: input (N, C, H, W) or (C, H, W) -> (N, C*kh*kw, L) or (C*kh*kw, L).
@@ -123,9 +144,9 @@ struct Im2colShape {
 };
 
 template <class I>
-Im2colShape<I> check_im2col(const char* op, const at::Tensor& input,
-                            c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
-                            c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+Im2colShape<I> check_im2col(const char* op, const at::Tensor& input, c10::IntArrayRef kernel_size,
+                            c10::IntArrayRef stride, c10::IntArrayRef padding,
+                            c10::IntArrayRef dilation) {
   check_dims(op, "input", input, {3, 4});
   check_floating(op, "input", input);
   Im2colShape<I> s{};
@@ -142,10 +163,9 @@ Im2colShape<I> check_im2col(const char* op, const at::Tensor& input,
 // col2im: columns (N, C*kh*kw, L) or (C*kh*kw, L) -> (N, C, H, W) or (C, H, W),
 // where L must equal the number of window positions on an H x W image.
 template <class I>
-Im2colShape<I> check_col2im(const char* op, const at::Tensor& columns,
-                            c10::IntArrayRef output_size, c10::IntArrayRef kernel_size,
-                            c10::IntArrayRef stride, c10::IntArrayRef padding,
-                            c10::IntArrayRef dilation) {
+Im2colShape<I> check_col2im(const char* op, const at::Tensor& columns, c10::IntArrayRef output_size,
+                            c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                            c10::IntArrayRef padding, c10::IntArrayRef dilation) {
   check_dims(op, "columns", columns, {2, 3});
   check_floating(op, "columns", columns);
   TORCH_CHECK(output_size.size() == 2 || output_size.size() == 1, op,
@@ -167,8 +187,10 @@ Im2colShape<I> check_col2im(const char* op, const at::Tensor& columns,
   s.oh = window_output_size<I>(op, "height", s.in.h, s.win.extent_h(), s.win.sh, s.win.ph);
   s.ow = window_output_size<I>(op, "width", s.in.w, s.win.extent_w(), s.win.sw, s.win.pw);
   TORCH_CHECK(length == s.oh * s.ow, op, ": columns.size(", o + 1, ") is ", length,
-              " but output_size (", h, ", ", w, ") with this kernel_size, stride, padding and "
-              "dilation has ", s.oh, " x ", s.ow, " = ", s.oh * s.ow, " window positions");
+              " but output_size (", h, ", ", w,
+              ") with this kernel_size, stride, padding and "
+              "dilation has ",
+              s.oh, " x ", s.ow, " = ", s.oh * s.ow, " window positions");
   if constexpr (std::is_same_v<I, int64_t>) {
     check_numel(op, "the output size", {s.in.n, s.in.c, h, w});
   }

@@ -7,8 +7,10 @@ Border parse_border(const char* op, c10::string_view name) {
   if (name == "reflect") return Border::Reflect;
   if (name == "replicate") return Border::Replicate;
   if (name == "circular") return Border::Circular;
-  TORCH_CHECK(false, op, ": border must be one of \"zeros\", \"reflect\", \"replicate\", "
-              "\"circular\"; got \"", std::string(name), "\"");
+  TORCH_CHECK(false, op,
+              ": border must be one of \"zeros\", \"reflect\", \"replicate\", "
+              "\"circular\"; got \"",
+              std::string(name), "\"");
 }
 
 }  // namespace customconv

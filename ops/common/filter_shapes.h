@@ -1,12 +1,12 @@
 // Argument checks of filter2d, shared by the CPU, CUDA and meta kernels.
 #pragma once
 
-#include "ops/common/tensor_checks.h"
-#include "ops/common/window.h"
-
 #include <c10/util/string_view.h>
 
 #include <string>
+
+#include "ops/common/tensor_checks.h"
+#include "ops/common/window.h"
 
 namespace customconv {
 
@@ -50,9 +50,8 @@ Filter2dShape check_filter2d(const char* op, const at::Tensor& input, const at::
                 ": border 'reflect' needs the padding (", s.ph, ", ", s.pw,
                 ") = kernel size // 2 to be smaller than the plane (", h, ", ", w, ")");
   } else if (s.border == Border::Circular) {
-    TORCH_CHECK(s.ph <= h && s.pw <= w, op, ": border 'circular' needs the padding (", s.ph,
-                ", ", s.pw, ") = kernel size // 2 to be at most the plane size (", h, ", ", w,
-                ")");
+    TORCH_CHECK(s.ph <= h && s.pw <= w, op, ": border 'circular' needs the padding (", s.ph, ", ",
+                s.pw, ") = kernel size // 2 to be at most the plane size (", h, ", ", w, ")");
   }
   return s;
 }

@@ -36,8 +36,8 @@ Window2d check_window(const char* op, int64_t kh, int64_t kw, c10::IntArrayRef s
   TORCH_CHECK(w.kh > 0 && w.kw > 0, op, ": kernel_size must be positive; got (", w.kh, ", ", w.kw,
               ")");
   TORCH_CHECK(w.sh > 0 && w.sw > 0, op, ": stride must be positive; got (", w.sh, ", ", w.sw, ")");
-  TORCH_CHECK(w.ph >= 0 && w.pw >= 0, op, ": padding must be non-negative; got (", w.ph, ", ",
-              w.pw, ")");
+  TORCH_CHECK(w.ph >= 0 && w.pw >= 0, op, ": padding must be non-negative; got (", w.ph, ", ", w.pw,
+              ")");
   TORCH_CHECK(w.dh > 0 && w.dw > 0, op, ": dilation must be positive; got (", w.dh, ", ", w.dw,
               ")");
   // extent = dilation * (k - 1) + 1 and in + 2 * padding must stay well inside int64.

@@ -9,9 +9,9 @@
 // set_workspace_limit_bytes() changes it.
 #pragma once
 
-#include "customconv/customconv.h"  // workspace_limit_bytes(), set_workspace_limit_bytes()
-
 #include <cstdint>
+
+#include "customconv/customconv.h"  // workspace_limit_bytes(), set_workspace_limit_bytes()
 
 namespace customconv {
 

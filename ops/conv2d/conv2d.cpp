@@ -1,9 +1,9 @@
 #include "ops/conv2d/conv2d.h"
 
+#include <ATen/ATen.h>
+
 #include "ops/common/conv_shapes.h"
 #include "ops/common/workspace.h"
-
-#include <ATen/ATen.h>
 
 namespace customconv {
 namespace {
@@ -17,9 +17,9 @@ struct Plan {
 
 Plan make_plan(const Conv2dShape<int64_t>& s, const at::Tensor& input) {
   Plan p{s, s.groups, s.k / s.groups, (s.in.c / s.groups) * s.win.kh * s.win.kw, s.oh * s.ow, 1};
-  const int64_t per_image = checked_mul("conv2d", "the workspace of one image",
-                                        (p.rows_g + p.kg) * p.g * p.length,
-                                        static_cast<int64_t>(input.element_size()));
+  const int64_t per_image =
+      checked_mul("conv2d", "the workspace of one image", (p.rows_g + p.kg) * p.g * p.length,
+                  static_cast<int64_t>(input.element_size()));
   p.chunk = images_per_chunk(s.in.n, per_image);
   return p;
 }
@@ -39,15 +39,17 @@ ColumnLayout chunk_layout(const Plan& p, int64_t nc) { return {p.length, nc * p.
 at::Tensor grad_chunk(const at::Tensor& go, const Plan& p, int64_t n0, int64_t nc) {
   const at::Tensor part = go.narrow(0, n0, nc);
   if (nc == 1) return part.view({p.g, p.kg, p.length});
-  return part.view({nc, p.g, p.kg, p.length}).permute({1, 2, 0, 3}).reshape({p.g, p.kg, nc * p.length});
+  return part.view({nc, p.g, p.kg, p.length})
+      .permute({1, 2, 0, 3})
+      .reshape({p.g, p.kg, nc * p.length});
 }
 
 }  // namespace
 
 at::Tensor conv2d_impl(const ColumnKernels& kernels, const at::Tensor& input_arg,
                        const at::Tensor& weight_arg, const std::optional<at::Tensor>& bias,
-                       c10::IntArrayRef stride, c10::IntArrayRef padding,
-                       c10::IntArrayRef dilation, int64_t groups) {
+                       c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                       int64_t groups) {
   const auto s = check_conv2d<int64_t>("conv2d", input_arg, weight_arg, bias, stride, padding,
                                        dilation, groups);
   const Plan p = make_plan(s, input_arg);
@@ -78,8 +80,8 @@ at::Tensor conv2d_impl(const ColumnKernels& kernels, const at::Tensor& input_arg
       }
       continue;
     }
-    const at::Tensor res = has_bias ? at::baddbmm(b.expand({p.g, p.kg, nc * p.length}), w, cols)
-                                    : at::bmm(w, cols);
+    const at::Tensor res =
+        has_bias ? at::baddbmm(b.expand({p.g, p.kg, nc * p.length}), w, cols) : at::bmm(w, cols);
     out.narrow(0, n0, nc)
         .view({nc, p.g, p.kg, p.length})
         .permute({1, 2, 0, 3})
@@ -93,9 +95,8 @@ at::Tensor conv2d_grad_input_impl(const ColumnKernels& kernels, const at::Tensor
                                   c10::IntArrayRef stride, c10::IntArrayRef padding,
                                   c10::IntArrayRef dilation, int64_t groups) {
   const char* op = "conv2d_grad_input";
-  const auto s = check_conv2d<int64_t>(op, input_arg, weight_arg, std::nullopt, stride, padding,
-                                       dilation, groups);
-  check_conv2d_grad_output(op, grad_output, input_arg, s);
+  const auto s = check_conv2d_backward<int64_t>(op, grad_output, input_arg, weight_arg, stride,
+                                                padding, dilation, groups);
   const Plan p = make_plan(s, input_arg);
   at::Tensor gi = at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, input_arg.options());
   if (gi.numel() == 0) return s.in.batched ? gi : gi.squeeze(0);
@@ -118,9 +119,8 @@ at::Tensor conv2d_grad_weight_impl(const ColumnKernels& kernels, const at::Tenso
                                    c10::IntArrayRef stride, c10::IntArrayRef padding,
                                    c10::IntArrayRef dilation, int64_t groups) {
   const char* op = "conv2d_grad_weight";
-  const auto s = check_conv2d<int64_t>(op, input_arg, weight_arg, std::nullopt, stride, padding,
-                                       dilation, groups);
-  check_conv2d_grad_output(op, grad_output, input_arg, s);
+  const auto s = check_conv2d_backward<int64_t>(op, grad_output, input_arg, weight_arg, stride,
+                                                padding, dilation, groups);
   const Plan p = make_plan(s, input_arg);
   const auto dtype = input_arg.scalar_type();
   const bool low_precision = dtype == at::kHalf || dtype == at::kBFloat16;
@@ -150,7 +150,8 @@ at::Tensor conv2d_grad_bias_impl(const at::Tensor& grad_output) {
   check_floating("conv2d_grad_bias", "grad_output", grad_output);
   const auto dtype = grad_output.scalar_type();
   const bool low_precision = dtype == at::kHalf || dtype == at::kBFloat16;
-  const auto dims = grad_output.dim() == 4 ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{1, 2};
+  const auto dims =
+      grad_output.dim() == 4 ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{1, 2};
   return at::sum(grad_output, dims, false, low_precision ? at::kFloat : dtype).to(dtype);
 }
 

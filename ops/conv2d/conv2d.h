@@ -7,16 +7,16 @@
 // one batched GEMM with the weight viewed (groups, K/groups, C/groups*kh*kw).
 #pragma once
 
-#include "ops/columns/column_kernels.h"
-
 #include <optional>
+
+#include "ops/columns/column_kernels.h"
 
 namespace customconv {
 
 at::Tensor conv2d_impl(const ColumnKernels& kernels, const at::Tensor& input,
                        const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                       c10::IntArrayRef stride, c10::IntArrayRef padding,
-                       c10::IntArrayRef dilation, int64_t groups);
+                       c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                       int64_t groups);
 
 // d(loss)/d(input): GEMM with the transposed weight, then col2im.
 at::Tensor conv2d_grad_input_impl(const ColumnKernels& kernels, const at::Tensor& grad_output,

@@ -1,8 +1,8 @@
 #include "ops/depthwise/depthwise.h"
 
-#include "ops/common/conv_shapes.h"
-
 #include <ATen/ATen.h>
+
+#include "ops/common/conv_shapes.h"
 
 namespace customconv {
 namespace {
@@ -35,9 +35,8 @@ at::Tensor depthwise_conv2d_grad_input_impl(const DepthwiseKernels& kernels,
                                             const at::Tensor& weight, c10::IntArrayRef stride,
                                             c10::IntArrayRef padding, c10::IntArrayRef dilation) {
   const char* op = "depthwise_conv2d_grad_input";
-  const auto s = check_depthwise_conv2d<int64_t>(op, input, weight, std::nullopt, stride, padding,
-                                                 dilation);
-  check_conv2d_grad_output(op, grad_output, input, s);
+  const auto s = check_depthwise_conv2d_backward<int64_t>(op, grad_output, input, weight, stride,
+                                                          padding, dilation);
   at::Tensor gi = at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, input.options());
   if (gi.numel() > 0) {
     kernels.grad_input(as_batch(grad_output, s.in.batched), weight.contiguous(), gi, s.win,
@@ -47,18 +46,16 @@ at::Tensor depthwise_conv2d_grad_input_impl(const DepthwiseKernels& kernels,
 }
 
 at::Tensor depthwise_conv2d_grad_weight_impl(const DepthwiseKernels& kernels,
-                                             const at::Tensor& grad_output,
-                                             const at::Tensor& input, const at::Tensor& weight,
-                                             c10::IntArrayRef stride, c10::IntArrayRef padding,
-                                             c10::IntArrayRef dilation) {
+                                             const at::Tensor& grad_output, const at::Tensor& input,
+                                             const at::Tensor& weight, c10::IntArrayRef stride,
+                                             c10::IntArrayRef padding, c10::IntArrayRef dilation) {
   const char* op = "depthwise_conv2d_grad_weight";
-  const auto s = check_depthwise_conv2d<int64_t>(op, input, weight, std::nullopt, stride, padding,
-                                                 dilation);
-  check_conv2d_grad_output(op, grad_output, input, s);
+  const auto s = check_depthwise_conv2d_backward<int64_t>(op, grad_output, input, weight, stride,
+                                                          padding, dilation);
   at::Tensor gw = at::empty(weight.sizes(), weight.options());
   if (s.in.n == 0) return gw.zero_();
-  kernels.grad_weight(as_batch(grad_output, s.in.batched), as_batch(input, s.in.batched), gw,
-                      s.win, s.k / s.in.c);
+  kernels.grad_weight(as_batch(grad_output, s.in.batched), as_batch(input, s.in.batched), gw, s.win,
+                      s.k / s.in.c);
   return gw;
 }
 

@@ -3,11 +3,11 @@
 // kernels come in as a DepthwiseKernels table.
 #pragma once
 
-#include "ops/common/window.h"
-
 #include <ATen/core/Tensor.h>
 
 #include <optional>
+
+#include "ops/common/window.h"
 
 namespace customconv {
 
@@ -41,9 +41,8 @@ at::Tensor depthwise_conv2d_grad_input_impl(const DepthwiseKernels& kernels,
                                             c10::IntArrayRef padding, c10::IntArrayRef dilation);
 
 at::Tensor depthwise_conv2d_grad_weight_impl(const DepthwiseKernels& kernels,
-                                             const at::Tensor& grad_output,
-                                             const at::Tensor& input, const at::Tensor& weight,
-                                             c10::IntArrayRef stride, c10::IntArrayRef padding,
-                                             c10::IntArrayRef dilation);
+                                             const at::Tensor& grad_output, const at::Tensor& input,
+                                             const at::Tensor& weight, c10::IntArrayRef stride,
+                                             c10::IntArrayRef padding, c10::IntArrayRef dilation);
 
 }  // namespace customconv

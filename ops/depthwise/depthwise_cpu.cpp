@@ -1,11 +1,11 @@
-#include "ops/depthwise/depthwise.h"
-
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <vector>
+
+#include "ops/depthwise/depthwise.h"
 
 namespace customconv {
 namespace {
@@ -55,7 +55,8 @@ void forward_planes(const T* in, const T* wt, const T* bias, T* out, const Dims&
             const int64_t off = j * k.dw - k.pw;
             const XRange r = valid_x(off, k.sw, d.w, d.ow);
             if (k.sw == 1) {
-              for (int64_t x = r.lo; x < r.hi; ++x) acc[x] += tap * static_cast<acc_t>(row[x + off]);
+              for (int64_t x = r.lo; x < r.hi; ++x)
+                acc[x] += tap * static_cast<acc_t>(row[x + off]);
             } else {
               for (int64_t x = r.lo; x < r.hi; ++x) {
                 acc[x] += tap * static_cast<acc_t>(row[x * k.sw + off]);
@@ -144,40 +145,45 @@ void grad_weight_channels(const T* go, const T* in, T* gw, const Dims& d, const 
 }
 
 Dims dims_of(const at::Tensor& input, const at::Tensor& out_like, int64_t mult) {
-  return {input.size(0), input.size(1), input.size(2), input.size(3), mult, out_like.size(2),
-          out_like.size(3)};
+  return {input.size(0), input.size(1),    input.size(2),   input.size(3),
+          mult,          out_like.size(2), out_like.size(3)};
 }
 
 void forward_cpu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                  const at::Tensor& output, const Window2d& win, int64_t mult) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cpu", [&] {
-    forward_planes<scalar_t>(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-                             bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr,
-                             output.data_ptr<scalar_t>(), dims_of(input, output, mult), win);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cpu", [&] {
+        forward_planes<scalar_t>(input.const_data_ptr<scalar_t>(),
+                                 weight.const_data_ptr<scalar_t>(),
+                                 bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr,
+                                 output.data_ptr<scalar_t>(), dims_of(input, output, mult), win);
+      });
 }
 
 void grad_input_cpu(const at::Tensor& grad_output, const at::Tensor& weight,
                     const at::Tensor& grad_input, const Window2d& win, int64_t mult) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cpu", [&] {
-    grad_input_planes<scalar_t>(grad_output.const_data_ptr<scalar_t>(),
-                                weight.const_data_ptr<scalar_t>(), grad_input.data_ptr<scalar_t>(),
-                                dims_of(grad_input, grad_output, mult), win);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cpu", [&] {
+        grad_input_planes<scalar_t>(
+            grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+            grad_input.data_ptr<scalar_t>(), dims_of(grad_input, grad_output, mult), win);
+      });
 }
 
 void grad_weight_cpu(const at::Tensor& grad_output, const at::Tensor& input,
                      const at::Tensor& grad_weight, const Window2d& win, int64_t mult) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_grad_weight_cpu", [&] {
-    grad_weight_channels<scalar_t>(grad_output.const_data_ptr<scalar_t>(),
-                                   input.const_data_ptr<scalar_t>(),
-                                   grad_weight.data_ptr<scalar_t>(),
-                                   dims_of(input, grad_output, mult), win);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_grad_weight_cpu", [&] {
+        grad_weight_channels<scalar_t>(
+            grad_output.const_data_ptr<scalar_t>(), input.const_data_ptr<scalar_t>(),
+            grad_weight.data_ptr<scalar_t>(), dims_of(input, grad_output, mult), win);
+      });
 }
 
 }  // namespace
 
-DepthwiseKernels cpu_depthwise_kernels() { return {&forward_cpu, &grad_input_cpu, &grad_weight_cpu}; }
+DepthwiseKernels cpu_depthwise_kernels() {
+  return {&forward_cpu, &grad_input_cpu, &grad_weight_cpu};
+}
 
 }  // namespace customconv

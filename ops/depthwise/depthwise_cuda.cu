@@ -1,12 +1,12 @@
-#include "ops/depthwise/depthwise.h"
-
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+
+#include "ops/depthwise/depthwise.h"
 
 namespace customconv {
 namespace {
@@ -14,7 +14,8 @@ namespace {
 constexpr int kThreads = 256;
 
 int64_t blocks_for(int64_t work) {
-  return std::min<int64_t>(std::max<int64_t>((work + kThreads - 1) / kThreads, 1), int64_t{1} << 20);
+  return std::min<int64_t>(std::max<int64_t>((work + kThreads - 1) / kThreads, 1),
+                           int64_t{1} << 20);
 }
 
 struct Dims {
@@ -128,8 +129,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 Dims dims_of(const at::Tensor& input, const at::Tensor& out_like, int64_t mult) {
-  return {input.size(0), input.size(1), input.size(2), input.size(3), mult, out_like.size(2),
-          out_like.size(3)};
+  return {input.size(0), input.size(1),    input.size(2),   input.size(3),
+          mult,          out_like.size(2), out_like.size(3)};
 }
 
 void forward_cuda(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
@@ -138,13 +139,14 @@ void forward_cuda(const at::Tensor& input, const at::Tensor& weight, const at::T
   const int64_t total = output.numel();
   if (total == 0) return;
   auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cuda", [&] {
-    forward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
-        input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-        bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, output.data_ptr<scalar_t>(),
-        total, dims_of(input, output, mult), win);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cuda", [&] {
+        forward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
+            input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+            bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, output.data_ptr<scalar_t>(),
+            total, dims_of(input, output, mult), win);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
 }
 
 void grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& weight,
@@ -153,12 +155,13 @@ void grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& weight,
   const int64_t total = grad_input.numel();
   if (total == 0) return;
   auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cuda", [&] {
-    grad_input_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
-        grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-        grad_input.data_ptr<scalar_t>(), total, dims_of(grad_input, grad_output, mult), win);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cuda", [&] {
+        grad_input_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
+            grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+            grad_input.data_ptr<scalar_t>(), total, dims_of(grad_input, grad_output, mult), win);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
 }
 
 void grad_weight_cuda(const at::Tensor& grad_output, const at::Tensor& input,
@@ -168,12 +171,13 @@ void grad_weight_cuda(const at::Tensor& grad_output, const at::Tensor& input,
   if (blocks == 0) return;
   TORCH_CHECK(blocks < (int64_t{1} << 31), "depthwise_conv2d_grad_weight: weight too large");
   auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_grad_weight_cuda", [&] {
-    grad_weight_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
-        grad_output.const_data_ptr<scalar_t>(), input.const_data_ptr<scalar_t>(),
-        grad_weight.data_ptr<scalar_t>(), dims_of(input, grad_output, mult), win);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_grad_weight_cuda", [&] {
+        grad_weight_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
+            grad_output.const_data_ptr<scalar_t>(), input.const_data_ptr<scalar_t>(),
+            grad_weight.data_ptr<scalar_t>(), dims_of(input, grad_output, mult), win);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
 }
 
 }  // namespace

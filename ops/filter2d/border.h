@@ -5,11 +5,11 @@
 // plane index t - pad, mapped back into the plane by the border mode.
 #pragma once
 
-#include "ops/common/filter_shapes.h"
-
 #include <c10/macros/Macros.h>
 
 #include <cstdint>
+
+#include "ops/common/filter_shapes.h"
 
 namespace customconv {
 
@@ -66,7 +66,7 @@ C10_HOST_DEVICE inline Preimage border_preimage(int64_t q, int64_t n, int64_t pa
     }
     case Border::Circular:
       add(self, self + 1);
-      if (q - n >= -pad) add(q - n + pad, q - n + pad + 1);  // from index q - n
+      if (q - n >= -pad) add(q - n + pad, q - n + pad + 1);    // from index q - n
       if (q + n < n + pad) add(q + n + pad, q + n + pad + 1);  // from index q + n
       break;
   }

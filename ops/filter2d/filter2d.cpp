@@ -15,9 +15,11 @@ at::Tensor as_planes(const at::Tensor& t) {
 at::Tensor filter2d_impl(const Filter2dKernels& kernels, const at::Tensor& input,
                          const at::Tensor& kernel, c10::string_view border) {
   const auto s = check_filter2d<int64_t>("filter2d", input, kernel, border);
-  at::Tensor out = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out =
+      at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
   if (out.numel() == 0) return out;
-  kernels.forward(as_planes(input), kernel.contiguous(), out.view({-1, input.size(-2), input.size(-1)}), s);
+  kernels.forward(as_planes(input), kernel.contiguous(),
+                  out.view({-1, input.size(-2), input.size(-1)}), s);
   return out;
 }
 
@@ -32,9 +34,9 @@ at::Tensor filter2d_grad_input_impl(const Filter2dKernels& kernels, const at::Te
   return gi;
 }
 
-at::Tensor filter2d_grad_kernel_impl(const Filter2dKernels& kernels,
-                                     const at::Tensor& grad_output, const at::Tensor& input,
-                                     const at::Tensor& kernel, c10::string_view border) {
+at::Tensor filter2d_grad_kernel_impl(const Filter2dKernels& kernels, const at::Tensor& grad_output,
+                                     const at::Tensor& input, const at::Tensor& kernel,
+                                     c10::string_view border) {
   const char* op = "filter2d_grad_kernel";
   const auto s = check_filter2d<int64_t>(op, input, kernel, border);
   check_same_dtype_device(op, "grad_output", grad_output, "input", input);

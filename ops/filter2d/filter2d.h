@@ -4,9 +4,9 @@
 // input's shape. Device-generic: the device's kernels come in as a table.
 #pragma once
 
-#include "ops/common/filter_shapes.h"
-
 #include <ATen/core/Tensor.h>
+
+#include "ops/common/filter_shapes.h"
 
 namespace customconv {
 
@@ -35,8 +35,8 @@ at::Tensor filter2d_impl(const Filter2dKernels& kernels, const at::Tensor& input
 at::Tensor filter2d_grad_input_impl(const Filter2dKernels& kernels, const at::Tensor& grad_output,
                                     const at::Tensor& kernel, c10::string_view border);
 
-at::Tensor filter2d_grad_kernel_impl(const Filter2dKernels& kernels,
-                                     const at::Tensor& grad_output, const at::Tensor& input,
-                                     const at::Tensor& kernel, c10::string_view border);
+at::Tensor filter2d_grad_kernel_impl(const Filter2dKernels& kernels, const at::Tensor& grad_output,
+                                     const at::Tensor& input, const at::Tensor& kernel,
+                                     c10::string_view border);
 
 }  // namespace customconv

@@ -1,13 +1,13 @@
-#include "ops/filter2d/adjoint.h"
-#include "ops/filter2d/border.h"
-#include "ops/filter2d/filter2d.h"
-
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <vector>
+
+#include "ops/filter2d/adjoint.h"
+#include "ops/filter2d/border.h"
+#include "ops/filter2d/filter2d.h"
 
 namespace customconv {
 namespace {
@@ -45,7 +45,8 @@ void forward_rows(const T* in, const T* kern, T* out, int64_t planes, int64_t h,
         for (int64_t j = 0; j < s.kw; ++j) {
           const acc_t tap = static_cast<acc_t>(kern[i * s.kw + j]);
           const int64_t off = j - s.pw;  // column x reads x + off
-          const int64_t lo = std::clamp<int64_t>(-off, 0, w), hi = std::clamp<int64_t>(w - off, lo, w);
+          const int64_t lo = std::clamp<int64_t>(-off, 0, w),
+                        hi = std::clamp<int64_t>(w - off, lo, w);
           for (int64_t x = 0; x < lo; ++x) {
             const int64_t c = cols[x + j];
             if (c >= 0) acc[x] += tap * static_cast<acc_t>(src[c]);
@@ -125,30 +126,32 @@ void grad_kernel_chunks(const T* go, const T* in, T* gk, int64_t planes, int64_t
 
 void forward_cpu(const at::Tensor& planes, const at::Tensor& kernel, const at::Tensor& out,
                  const Filter2dShape& s) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, planes.scalar_type(), "filter2d_cpu", [&] {
-    forward_rows<scalar_t>(planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
-                           out.data_ptr<scalar_t>(), planes.size(0), planes.size(1),
-                           planes.size(2), s);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, planes.scalar_type(), "filter2d_cpu", [&] {
+        forward_rows<scalar_t>(planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
+                               out.data_ptr<scalar_t>(), planes.size(0), planes.size(1),
+                               planes.size(2), s);
+      });
 }
 
-void grad_input_cpu(const at::Tensor& grad_out, const at::Tensor& kernel,
-                    const at::Tensor& grad_in, const Filter2dShape& s) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_out.scalar_type(), "filter2d_grad_input_cpu", [&] {
-    grad_input_rows<scalar_t>(grad_out.const_data_ptr<scalar_t>(),
-                              kernel.const_data_ptr<scalar_t>(), grad_in.data_ptr<scalar_t>(),
-                              grad_out.size(0), grad_out.size(1), grad_out.size(2), s);
-  });
+void grad_input_cpu(const at::Tensor& grad_out, const at::Tensor& kernel, const at::Tensor& grad_in,
+                    const Filter2dShape& s) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_out.scalar_type(), "filter2d_grad_input_cpu", [&] {
+        grad_input_rows<scalar_t>(grad_out.const_data_ptr<scalar_t>(),
+                                  kernel.const_data_ptr<scalar_t>(), grad_in.data_ptr<scalar_t>(),
+                                  grad_out.size(0), grad_out.size(1), grad_out.size(2), s);
+      });
 }
 
 void grad_kernel_cpu(const at::Tensor& grad_out, const at::Tensor& planes,
                      const at::Tensor& grad_kernel, const Filter2dShape& s) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, planes.scalar_type(), "filter2d_grad_kernel_cpu", [&] {
-    grad_kernel_chunks<scalar_t>(grad_out.const_data_ptr<scalar_t>(),
-                                 planes.const_data_ptr<scalar_t>(),
-                                 grad_kernel.data_ptr<scalar_t>(), planes.size(0), planes.size(1),
-                                 planes.size(2), s);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, planes.scalar_type(), "filter2d_grad_kernel_cpu", [&] {
+        grad_kernel_chunks<scalar_t>(
+            grad_out.const_data_ptr<scalar_t>(), planes.const_data_ptr<scalar_t>(),
+            grad_kernel.data_ptr<scalar_t>(), planes.size(0), planes.size(1), planes.size(2), s);
+      });
 }
 
 }  // namespace

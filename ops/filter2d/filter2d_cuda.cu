@@ -1,26 +1,27 @@
-#include "ops/filter2d/adjoint.h"
-#include "ops/filter2d/border.h"
-#include "ops/filter2d/filter2d.h"
-
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+
+#include "ops/filter2d/adjoint.h"
+#include "ops/filter2d/border.h"
+#include "ops/filter2d/filter2d.h"
 
 namespace customconv {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTileW = 32, kTileH = 16;  // outputs per block of the tiled kernel
+constexpr int kTileW = 32, kTileH = 16;   // outputs per block of the tiled kernel
 constexpr int kBlockX = 32, kBlockY = 8;  // its threads
 constexpr int64_t kMaxSharedBytes = 48 * 1024;
 
 int64_t blocks_for(int64_t work) {
-  return std::min<int64_t>(std::max<int64_t>((work + kThreads - 1) / kThreads, 1), int64_t{1} << 20);
+  return std::min<int64_t>(std::max<int64_t>((work + kThreads - 1) / kThreads, 1),
+                           int64_t{1} << 20);
 }
 
 // Tiled forward. Block (32, 8) computes a 32 x 16 tile of outputs of one plane
@@ -29,7 +30,7 @@ int64_t blocks_for(int64_t work) {
 // then each thread computes two output rows from shared memory. The taps come
 // from device memory, so the launch is stream-ordered and graph-safe.
 template <typename T>
-__global__ void __launch_bounds__(kBlockX * kBlockY)
+__global__ void __launch_bounds__(kBlockX* kBlockY)
     forward_tiled_kernel(const T* __restrict__ in, const T* __restrict__ kern, T* __restrict__ out,
                          int64_t planes, int64_t h, int64_t w, Filter2dShape s) {
   using acc_t = at::opmath_type<T>;
@@ -75,9 +76,8 @@ __global__ void __launch_bounds__(kBlockX * kBlockY)
 // output sample (neighbouring threads along x), reading through the border map.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    forward_direct_kernel(const T* __restrict__ in, const T* __restrict__ kern,
-                          T* __restrict__ out, int64_t total, int64_t h, int64_t w,
-                          Filter2dShape s) {
+    forward_direct_kernel(const T* __restrict__ in, const T* __restrict__ kern, T* __restrict__ out,
+                          int64_t total, int64_t h, int64_t w, Filter2dShape s) {
   using acc_t = at::opmath_type<T>;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -89,7 +89,8 @@ __global__ void __launch_bounds__(kThreads)
       if (sy < 0) continue;
       for (int64_t j = 0; j < s.kw; ++j) {
         const int64_t sx = border_index(x + j - s.pw, w, s.border);
-        if (sx >= 0) acc += static_cast<acc_t>(kern[i * s.kw + j]) * static_cast<acc_t>(plane[sy * w + sx]);
+        if (sx >= 0)
+          acc += static_cast<acc_t>(kern[i * s.kw + j]) * static_cast<acc_t>(plane[sy * w + sx]);
       }
     }
     out[idx] = static_cast<T>(acc);
@@ -106,7 +107,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t x = idx % w, y = (idx / w) % h, p = idx / (w * h);
-    gi[idx] = static_cast<T>(filter2d_input_gradient<T, acc_t>(go + p * h * w, kern, y, x, h, w, s));
+    gi[idx] =
+        static_cast<T>(filter2d_input_gradient<T, acc_t>(go + p * h * w, kern, y, x, h, w, s));
   }
 }
 
@@ -168,24 +170,25 @@ void forward_cuda(const at::Tensor& planes, const at::Tensor& kernel, const at::
   const c10::cuda::CUDAGuard guard(planes.device());
   const int64_t n = planes.size(0), h = planes.size(1), w = planes.size(2);
   auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, planes.scalar_type(), "filter2d_cuda", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    const int64_t smem = (s.kh * s.kw + (kTileH + s.kh - 1) * (kTileW + s.kw - 1)) *
-                         static_cast<int64_t>(sizeof(acc_t));
-    const int64_t grid_y = (h + kTileH - 1) / kTileH;
-    if (smem <= kMaxSharedBytes && grid_y <= 65535) {
-      const dim3 grid((w + kTileW - 1) / kTileW, grid_y, std::min<int64_t>(n, 65535));
-      forward_tiled_kernel<scalar_t><<<grid, dim3(kBlockX, kBlockY), smem, stream>>>(
-          planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
-          out.data_ptr<scalar_t>(), n, h, w, s);
-    } else {
-      const int64_t total = out.numel();
-      forward_direct_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
-          planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
-          out.data_ptr<scalar_t>(), total, h, w, s);
-    }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, planes.scalar_type(), "filter2d_cuda", [&] {
+        using acc_t = at::opmath_type<scalar_t>;
+        const int64_t smem = (s.kh * s.kw + (kTileH + s.kh - 1) * (kTileW + s.kw - 1)) *
+                             static_cast<int64_t>(sizeof(acc_t));
+        const int64_t grid_y = (h + kTileH - 1) / kTileH;
+        if (smem <= kMaxSharedBytes && grid_y <= 65535) {
+          const dim3 grid((w + kTileW - 1) / kTileW, grid_y, std::min<int64_t>(n, 65535));
+          forward_tiled_kernel<scalar_t><<<grid, dim3(kBlockX, kBlockY), smem, stream>>>(
+              planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
+              out.data_ptr<scalar_t>(), n, h, w, s);
+        } else {
+          const int64_t total = out.numel();
+          forward_direct_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
+              planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
+              out.data_ptr<scalar_t>(), total, h, w, s);
+        }
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
 }
 
 void grad_input_cuda(const at::Tensor& grad_out, const at::Tensor& kernel,
@@ -193,12 +196,13 @@ void grad_input_cuda(const at::Tensor& grad_out, const at::Tensor& kernel,
   const c10::cuda::CUDAGuard guard(grad_out.device());
   const int64_t total = grad_in.numel();
   auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_out.scalar_type(), "filter2d_grad_input_cuda", [&] {
-    grad_input_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
-        grad_out.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
-        grad_in.data_ptr<scalar_t>(), total, grad_out.size(1), grad_out.size(2), s);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_out.scalar_type(), "filter2d_grad_input_cuda", [&] {
+        grad_input_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
+            grad_out.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
+            grad_in.data_ptr<scalar_t>(), total, grad_out.size(1), grad_out.size(2), s);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
 }
 
 void grad_kernel_cuda(const at::Tensor& grad_out, const at::Tensor& planes,
@@ -207,25 +211,31 @@ void grad_kernel_cuda(const at::Tensor& grad_out, const at::Tensor& planes,
   const int64_t h = planes.size(1), w = planes.size(2);
   const int64_t total_rows = planes.size(0) * h;
   const int64_t taps = s.kh * s.kw;
-  TORCH_CHECK(taps <= 65535, "filter2d_grad_kernel: kernels of more than 65535 taps are not supported");
+  TORCH_CHECK(taps <= 65535,
+              "filter2d_grad_kernel: kernels of more than 65535 taps are not supported");
   // About 64K samples per block, at most 256 chunks per tap.
-  const int64_t chunks = std::clamp<int64_t>(total_rows * w / 65536, 1, std::min<int64_t>(256, total_rows));
+  const int64_t chunks =
+      std::clamp<int64_t>(total_rows * w / 65536, 1, std::min<int64_t>(256, total_rows));
   auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, planes.scalar_type(), "filter2d_grad_kernel_cuda", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    const at::Tensor partial = at::empty({taps * chunks}, planes.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
-    grad_kernel_partial_kernel<scalar_t><<<dim3(chunks, taps), kThreads, 0, stream>>>(
-        grad_out.const_data_ptr<scalar_t>(), planes.const_data_ptr<scalar_t>(),
-        partial.data_ptr<acc_t>(), total_rows, h, w, s);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    grad_kernel_reduce_kernel<scalar_t><<<taps, kThreads, 0, stream>>>(
-        partial.const_data_ptr<acc_t>(), grad_kernel.data_ptr<scalar_t>(), chunks);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, planes.scalar_type(), "filter2d_grad_kernel_cuda", [&] {
+        using acc_t = at::opmath_type<scalar_t>;
+        const at::Tensor partial = at::empty(
+            {taps * chunks}, planes.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+        grad_kernel_partial_kernel<scalar_t><<<dim3(chunks, taps), kThreads, 0, stream>>>(
+            grad_out.const_data_ptr<scalar_t>(), planes.const_data_ptr<scalar_t>(),
+            partial.data_ptr<acc_t>(), total_rows, h, w, s);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        grad_kernel_reduce_kernel<scalar_t><<<taps, kThreads, 0, stream>>>(
+            partial.const_data_ptr<acc_t>(), grad_kernel.data_ptr<scalar_t>(), chunks);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
 }
 
 }  // namespace
 
-Filter2dKernels cuda_filter2d_kernels() { return {&forward_cuda, &grad_input_cuda, &grad_kernel_cuda}; }
+Filter2dKernels cuda_filter2d_kernels() {
+  return {&forward_cuda, &grad_input_cuda, &grad_kernel_cuda};
+}
 
 }  // namespace customconv

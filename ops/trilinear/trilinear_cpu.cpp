@@ -1,11 +1,11 @@
-#include "ops/trilinear/corner_weights.h"
-#include "ops/trilinear/trilinear.h"
-
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+
+#include "ops/trilinear/corner_weights.h"
+#include "ops/trilinear/trilinear.h"
 
 namespace customconv {
 namespace {
@@ -64,20 +64,23 @@ void backward_points(const T* go, const T* feats, const T* points, T* grad_feats
 }
 
 void forward_cpu(const at::Tensor& feats, const at::Tensor& points, const at::Tensor& out) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_cpu", [&] {
-    forward_points<scalar_t>(feats.const_data_ptr<scalar_t>(), points.const_data_ptr<scalar_t>(),
-                             out.data_ptr<scalar_t>(), feats.size(0), feats.size(2));
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_cpu", [&] {
+        forward_points<scalar_t>(feats.const_data_ptr<scalar_t>(),
+                                 points.const_data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+                                 feats.size(0), feats.size(2));
+      });
 }
 
 void backward_cpu(const at::Tensor& grad_out, const at::Tensor& feats, const at::Tensor& points,
                   const at::Tensor& grad_feats, const at::Tensor& grad_points) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_backward_cpu", [&] {
-    backward_points<scalar_t>(grad_out.const_data_ptr<scalar_t>(),
-                              feats.const_data_ptr<scalar_t>(), points.const_data_ptr<scalar_t>(),
-                              grad_feats.data_ptr<scalar_t>(), grad_points.data_ptr<scalar_t>(),
-                              feats.size(0), feats.size(2));
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_backward_cpu", [&] {
+        backward_points<scalar_t>(
+            grad_out.const_data_ptr<scalar_t>(), feats.const_data_ptr<scalar_t>(),
+            points.const_data_ptr<scalar_t>(), grad_feats.data_ptr<scalar_t>(),
+            grad_points.data_ptr<scalar_t>(), feats.size(0), feats.size(2));
+      });
 }
 
 }  // namespace

@@ -1,13 +1,13 @@
-#include "ops/trilinear/corner_weights.h"
-#include "ops/trilinear/trilinear.h"
-
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+
+#include "ops/trilinear/corner_weights.h"
+#include "ops/trilinear/trilinear.h"
 
 namespace customconv {
 namespace {
@@ -16,7 +16,8 @@ constexpr int kThreads = 256;
 constexpr int kWarp = 32;
 
 int64_t blocks_for(int64_t work, int64_t per_block) {
-  return std::min<int64_t>(std::max<int64_t>((work + per_block - 1) / per_block, 1), int64_t{1} << 20);
+  return std::min<int64_t>(std::max<int64_t>((work + per_block - 1) / per_block, 1),
+                           int64_t{1} << 20);
 }
 
 // One thread per output element (point, feature), neighbouring threads on
@@ -73,7 +74,8 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int a = 0; a < 3; ++a) {
-      for (int step = kWarp / 2; step > 0; step >>= 1) d[a] += __shfl_down_sync(0xffffffffu, d[a], step);
+      for (int step = kWarp / 2; step > 0; step >>= 1)
+        d[a] += __shfl_down_sync(0xffffffffu, d[a], step);
     }
     if (lane == 0) {
 #pragma unroll
@@ -86,12 +88,13 @@ void forward_cuda(const at::Tensor& feats, const at::Tensor& points, const at::T
   const c10::cuda::CUDAGuard guard(feats.device());
   const int64_t total = out.numel();
   auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_cuda", [&] {
-    forward_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
-        feats.const_data_ptr<scalar_t>(), points.const_data_ptr<scalar_t>(),
-        out.data_ptr<scalar_t>(), total, feats.size(2));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_cuda", [&] {
+        forward_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
+            feats.const_data_ptr<scalar_t>(), points.const_data_ptr<scalar_t>(),
+            out.data_ptr<scalar_t>(), total, feats.size(2));
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
 }
 
 void backward_cuda(const at::Tensor& grad_out, const at::Tensor& feats, const at::Tensor& points,
@@ -99,14 +102,15 @@ void backward_cuda(const at::Tensor& grad_out, const at::Tensor& feats, const at
   const c10::cuda::CUDAGuard guard(feats.device());
   const int64_t n = feats.size(0);
   auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_backward_cuda", [&] {
-    // Every lane of a warp reaches the shuffles: the loop bound is per warp.
-    backward_kernel<scalar_t><<<blocks_for(n, kThreads / kWarp), kThreads, 0, stream>>>(
-        grad_out.const_data_ptr<scalar_t>(), feats.const_data_ptr<scalar_t>(),
-        points.const_data_ptr<scalar_t>(), grad_feats.data_ptr<scalar_t>(),
-        grad_points.data_ptr<scalar_t>(), n, feats.size(2));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_backward_cuda", [&] {
+        // Every lane of a warp reaches the shuffles: the loop bound is per warp.
+        backward_kernel<scalar_t><<<blocks_for(n, kThreads / kWarp), kThreads, 0, stream>>>(
+            grad_out.const_data_ptr<scalar_t>(), feats.const_data_ptr<scalar_t>(),
+            points.const_data_ptr<scalar_t>(), grad_feats.data_ptr<scalar_t>(),
+            grad_points.data_ptr<scalar_t>(), n, feats.size(2));
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
 }
 
 }  // namespace
