@@ -89,7 +89,7 @@ at::Tensor filter2d_meta(const at::Tensor& input, const at::Tensor& kernel,
 
 at::Tensor filter2d_grad_input_meta(const at::Tensor& grad_output, const at::Tensor& kernel,
                                     c10::string_view border) {
-  check_filter2d<Sym>("filter2d_grad_input", grad_output, kernel, border);
+  check_filter2d<Sym>("filter2d_grad_input", grad_output, kernel, border, "grad_output");
   return at::empty_symint(grad_output.sym_sizes(), grad_output.options());
 }
 

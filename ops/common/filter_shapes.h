@@ -25,16 +25,17 @@ struct Filter2dShape {
 
 // input (..., H, W) with at least 2 dims; kernel (kh, kw), both odd; same dtype
 // and device; reflect padding below the plane size and circular padding at most
-// the plane size, as F.pad requires.
+// the plane size, as F.pad requires. `input_name` names the planes' tensor in
+// errors (the backward ops check their grad_output here).
 template <class I>
 Filter2dShape check_filter2d(const char* op, const at::Tensor& input, const at::Tensor& kernel,
-                             c10::string_view border) {
-  TORCH_CHECK(input.defined() && input.dim() >= 2, op,
-              ": input must have at least 2 dims (..., H, W); got ",
-              input.defined() ? input.dim() : 0, " dims");
+                             c10::string_view border, const char* input_name = "input") {
+  TORCH_CHECK(input.defined() && input.dim() >= 2, op, ": ", input_name,
+              " must have at least 2 dims (..., H, W); got ", input.defined() ? input.dim() : 0,
+              " dims");
   check_dims(op, "kernel", kernel, {2});
-  check_floating(op, "input", input);
-  check_same_dtype_device(op, "kernel", kernel, "input", input);
+  check_floating(op, input_name, input);
+  check_same_dtype_device(op, "kernel", kernel, input_name, input);
   Filter2dShape s{};
   s.border = parse_border(op, border);
   s.kh = concrete_size_of<I>(kernel, 0);
@@ -48,10 +49,12 @@ Filter2dShape check_filter2d(const char* op, const at::Tensor& input, const at::
   if (s.border == Border::Reflect) {
     TORCH_CHECK((s.ph == 0 || s.ph < h) && (s.pw == 0 || s.pw < w), op,
                 ": border 'reflect' needs the padding (", s.ph, ", ", s.pw,
-                ") = kernel size // 2 to be smaller than the plane (", h, ", ", w, ")");
+                ") = kernel size // 2 to be smaller than the plane (", h, ", ", w, ") of ",
+                input_name);
   } else if (s.border == Border::Circular) {
     TORCH_CHECK(s.ph <= h && s.pw <= w, op, ": border 'circular' needs the padding (", s.ph, ", ",
-                s.pw, ") = kernel size // 2 to be at most the plane size (", h, ", ", w, ")");
+                s.pw, ") = kernel size // 2 to be at most the plane size (", h, ", ", w, ") of ",
+                input_name);
   }
   return s;
 }

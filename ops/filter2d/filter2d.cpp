@@ -25,7 +25,7 @@ at::Tensor filter2d_impl(const Filter2dKernels& kernels, const at::Tensor& input
 
 at::Tensor filter2d_grad_input_impl(const Filter2dKernels& kernels, const at::Tensor& grad_output,
                                     const at::Tensor& kernel, c10::string_view border) {
-  const auto s = check_filter2d<int64_t>("filter2d_grad_input", grad_output, kernel, border);
+  const auto s = check_filter2d<int64_t>("filter2d_grad_input", grad_output, kernel, border, "grad_output");
   at::Tensor gi = at::empty(grad_output.sizes(),
                             grad_output.options().memory_format(at::MemoryFormat::Contiguous));
   if (gi.numel() == 0) return gi;
