@@ -95,8 +95,7 @@ at::Tensor filter2d_grad_input_meta(const at::Tensor& grad_output, const at::Ten
 
 at::Tensor filter2d_grad_kernel_meta(const at::Tensor& grad_output, const at::Tensor& input,
                                      const at::Tensor& kernel, c10::string_view border) {
-  check_filter2d<Sym>("filter2d_grad_kernel", input, kernel, border);
-  check_same_dtype_device("filter2d_grad_kernel", "grad_output", grad_output, "input", input);
+  check_filter2d_grad_kernel<Sym>("filter2d_grad_kernel", grad_output, input, kernel, border);
   return at::empty_symint(kernel.sym_sizes(), kernel.options());
 }
 
@@ -109,13 +108,7 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_meta(const at::Tensor& gra
                                                            const at::Tensor& feats,
                                                            const at::Tensor& points) {
   const char* op = "trilinear_interpolation_backward";
-  check_trilinear<Sym>(op, feats, points);
-  check_dims(op, "grad_output", grad_output, {2});
-  check_same_dtype_device(op, "grad_output", grad_output, "feats", feats);
-  TORCH_CHECK(
-      grad_output.sym_size(0) == feats.sym_size(0) && grad_output.sym_size(1) == feats.sym_size(2),
-      op, ": grad_output has shape ", grad_output.sym_sizes(), " but the output is (",
-      feats.sym_size(0), ", ", feats.sym_size(2), ")");
+  check_trilinear_backward<Sym>(op, grad_output, feats, points);
   return {at::empty_symint(feats.sym_sizes(), feats.options()),
           at::empty_symint(points.sym_sizes(), points.options())};
 }

@@ -59,4 +59,17 @@ Filter2dShape check_filter2d(const char* op, const at::Tensor& input, const at::
   return s;
 }
 
+// The arguments of filter2d_grad_kernel: filter2d's, and a grad_output of the
+// input's shape, dtype and device.
+template <class I>
+Filter2dShape check_filter2d_grad_kernel(const char* op, const at::Tensor& grad_output,
+                                         const at::Tensor& input, const at::Tensor& kernel,
+                                         c10::string_view border) {
+  const Filter2dShape s = check_filter2d<I>(op, input, kernel, border);
+  check_same_dtype_device(op, "grad_output", grad_output, "input", input);
+  TORCH_CHECK(grad_output.sym_sizes() == input.sym_sizes(), op, ": grad_output has shape ",
+              grad_output.sym_sizes(), " but input has shape ", input.sym_sizes());
+  return s;
+}
+
 }  // namespace customconv

@@ -23,4 +23,18 @@ void check_trilinear(const char* op, const at::Tensor& feats, const at::Tensor& 
               " points; N must match");
 }
 
+// The arguments of trilinear_interpolation_backward: the forward's, and a
+// grad_output (N, F) of the forward output's shape, dtype and device.
+template <class I>
+void check_trilinear_backward(const char* op, const at::Tensor& grad_output,
+                              const at::Tensor& feats, const at::Tensor& points) {
+  check_trilinear<I>(op, feats, points);
+  check_dims(op, "grad_output", grad_output, {2});
+  check_same_dtype_device(op, "grad_output", grad_output, "feats", feats);
+  TORCH_CHECK(dim_size<I>(grad_output, 0) == dim_size<I>(feats, 0) &&
+                  dim_size<I>(grad_output, 1) == dim_size<I>(feats, 2),
+              op, ": grad_output has shape ", grad_output.sym_sizes(), " but the output is (",
+              dim_size<I>(feats, 0), ", ", dim_size<I>(feats, 2), ")");
+}
+
 }  // namespace customconv

@@ -25,7 +25,8 @@ at::Tensor filter2d_impl(const Filter2dKernels& kernels, const at::Tensor& input
 
 at::Tensor filter2d_grad_input_impl(const Filter2dKernels& kernels, const at::Tensor& grad_output,
                                     const at::Tensor& kernel, c10::string_view border) {
-  const auto s = check_filter2d<int64_t>("filter2d_grad_input", grad_output, kernel, border, "grad_output");
+  const auto s =
+      check_filter2d<int64_t>("filter2d_grad_input", grad_output, kernel, border, "grad_output");
   at::Tensor gi = at::empty(grad_output.sizes(),
                             grad_output.options().memory_format(at::MemoryFormat::Contiguous));
   if (gi.numel() == 0) return gi;
@@ -38,10 +39,7 @@ at::Tensor filter2d_grad_kernel_impl(const Filter2dKernels& kernels, const at::T
                                      const at::Tensor& input, const at::Tensor& kernel,
                                      c10::string_view border) {
   const char* op = "filter2d_grad_kernel";
-  const auto s = check_filter2d<int64_t>(op, input, kernel, border);
-  check_same_dtype_device(op, "grad_output", grad_output, "input", input);
-  TORCH_CHECK(grad_output.sizes() == input.sizes(), op, ": grad_output has shape ",
-              grad_output.sizes(), " but input has shape ", input.sizes());
+  const auto s = check_filter2d_grad_kernel<int64_t>(op, grad_output, input, kernel, border);
   at::Tensor gk = at::empty(kernel.sizes(), kernel.options());
   if (input.numel() == 0) return gk.zero_();
   kernels.grad_kernel(as_planes(grad_output), as_planes(input), gk, s);

@@ -19,12 +19,7 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_impl(const TrilinearKernel
                                                            const at::Tensor& feats,
                                                            const at::Tensor& points) {
   const char* op = "trilinear_interpolation_backward";
-  check_trilinear<int64_t>(op, feats, points);
-  check_dims(op, "grad_output", grad_output, {2});
-  check_same_dtype_device(op, "grad_output", grad_output, "feats", feats);
-  TORCH_CHECK(grad_output.size(0) == feats.size(0) && grad_output.size(1) == feats.size(2), op,
-              ": grad_output has shape ", grad_output.sizes(), " but the output is (",
-              feats.size(0), ", ", feats.size(2), ")");
+  check_trilinear_backward<int64_t>(op, grad_output, feats, points);
   at::Tensor grad_feats = at::empty(feats.sizes(), feats.options());
   at::Tensor grad_points = at::empty(points.sizes(), points.options());
   if (feats.size(0) == 0) return {grad_feats, grad_points};

@@ -1,5 +1,7 @@
-"""torch.compile(fullgraph=True) and torch.export of code using the ops:
-forward and backward match eager, with static and dynamic batch sizes."""
+"""torch.compile(fullgraph=True) and torch.export of code using the ops
+(conv2d / im2col / col2im, and the direct-kernel ops depthwise_conv2d /
+filter2d / trilinear_interpolation): forward and backward match eager, with
+static and dynamic batch sizes."""
 
 import pytest
 import torch
@@ -124,6 +126,109 @@ def test_exported_module_with_dynamic_batch_matches_eager(device, gen, tmp_path)
     assert {ops.conv2d.default, ops.im2col.default, ops.col2im.default} <= targets, targets
 
     path = tmp_path / "model.pt2"
+    torch.export.save(exported, str(path))
+    reloaded = torch.export.load(str(path))
+    with torch.no_grad():
+        for n in (1, 2, 5, 17):
+            x = make_tensor((n, 4, 6, 6), torch.float32, device, gen=gen)
+            want = model(x)
+            assert_same(exported.module()(x), want, f"exported program (batch {n})")
+            assert_same(reloaded.module()(x), want, f"saved and loaded program (batch {n})")
+
+
+# ---------------------------------------------------------------- the direct-kernel ops
+
+
+def direct_pipeline(x, w, b, k):
+    """depthwise_conv2d -> filter2d -> trilinear_interpolation on a 6x6 image:
+    the 8 channels of each image are the 8 corners, its 36 pixels the
+    features, and its first 3 input channels' means the point."""
+    y = customconv.depthwise_conv2d(x, w, b, padding=1)
+    z = customconv.filter2d(torch.relu(y), k, "reflect")
+    points = torch.tanh(x.mean((2, 3))[:, :3]) * 1.5
+    return customconv.trilinear_interpolation(z.flatten(2), points)
+
+
+class DirectModel(torch.nn.Module):
+    """customconv.nn.DepthwiseConv2d, Filter2d (trainable) and TrilinearInterpolation."""
+
+    def __init__(self):
+        super().__init__()
+        self.depthwise = customconv.nn.DepthwiseConv2d(4, 8, (3, 5), padding="same",
+                                                       padding_mode="circular")
+        self.filter = customconv.nn.Filter2d(torch.randn(3, 3), "replicate", requires_grad=True)
+        self.interpolate = customconv.nn.TrilinearInterpolation()
+
+    def forward(self, x):
+        z = self.filter(torch.sigmoid(self.depthwise(x)))
+        return self.interpolate(z.flatten(2), torch.tanh(x[:, :3, 0, 0]))
+
+
+def direct_inputs(device, gen, batch=2, requires_grad=True):
+    x = make_tensor((batch, 4, 6, 6), torch.float32, device, gen=gen, requires_grad=requires_grad)
+    w = make_tensor((8, 1, 3, 3), torch.float32, device, gen=gen, requires_grad=requires_grad)
+    b = make_tensor((8,), torch.float32, device, gen=gen, requires_grad=requires_grad)
+    k = make_tensor((3, 5), torch.float32, device, gen=gen, requires_grad=requires_grad)
+    return x, w, b, k
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_direct_ops_with_dynamic_batch_match_eager_without_recompiling(device, gen):
+    # Static first (batch 2), then dynamic batch sizes from one more graph.
+    compiled = torch.compile(direct_pipeline, fullgraph=True)
+    _, w, b, k = direct_inputs(device, gen)
+    for i, batch in enumerate((2, 5, 3, 8)):
+        x = make_tensor((batch, 4, 6, 6), torch.float32, device, gen=gen, requires_grad=True)
+        grad = make_tensor((batch, 36), torch.float32, device, gen=gen)
+        if i == 2:
+            # The graph compiled for batch 5 (dynamic after the second size) serves the rest.
+            torch.compiler.set_stance("fail_on_recompile")
+        try:
+            out_c, grads_c = forward_backward(compiled, (x, w, b, k), grad)
+        finally:
+            torch.compiler.set_stance("default")
+        out_e, grads_e = forward_backward(direct_pipeline, (x, w, b, k), grad)
+        assert_same(out_c, out_e, f"output (batch {batch})")
+        for name, gc, ge in zip(("input", "weight", "bias", "kernel"), grads_c, grads_e):
+            assert_same(gc, ge, f"grad of {name} (batch {batch})")
+    # ... and eager matches PyTorch's own ops.
+    x64, w64, b64, k64 = (a.detach().double().cpu() for a in (x, w, b, k))
+    y = F.conv2d(x64, w64, b64, padding=1, groups=4)
+    z = F.conv2d(F.pad(torch.relu(y).reshape(-1, 1, 6, 6), (2, 2, 1, 1), mode="reflect"),
+                 k64[None, None]).reshape(-1, 8, 36)
+    u = (torch.tanh(x64.mean((2, 3))[:, :3]) * 1.5 + 1) / 2
+    ref = sum((u[:, 0] if c & 4 else 1 - u[:, 0])[:, None] * (u[:, 1] if c & 2 else 1 - u[:, 1])[:, None]
+              * (u[:, 2] if c & 1 else 1 - u[:, 2])[:, None] * z[:, c] for c in range(8))
+    torch.testing.assert_close(out_e.detach().double().cpu(), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_direct_ops_module_matches_eager_forward_and_backward(device, gen):
+    model = DirectModel().to(device)
+    x = make_tensor((3, 4, 6, 6), torch.float32, device, "channels_last", gen, True)
+    compiled = torch.compile(model, fullgraph=True)
+    out_c, out_e = compiled(x), model(x)
+    assert_same(out_c, out_e, "output")
+    grad = make_tensor(out_e.shape, torch.float32, device, gen=gen)
+    params = [x] + list(model.parameters())
+    grads_c = torch.autograd.grad(out_c, params, grad)
+    grads_e = torch.autograd.grad(out_e, params, grad)
+    for name, gc, ge in zip(["input"] + [n for n, _ in model.named_parameters()], grads_c, grads_e):
+        assert_same(gc, ge, f"grad of {name}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_exported_direct_ops_module_with_dynamic_batch_matches_eager(device, gen, tmp_path):
+    model = DirectModel().to(device).eval()
+    x = make_tensor((3, 4, 6, 6), torch.float32, device, gen=gen)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    exported = torch.export.export(model, (x,), dynamic_shapes={"x": {0: batch}})
+    targets = {node.target for node in exported.graph.nodes if node.op == "call_function"}
+    expected = {ops.depthwise_conv2d.default, ops.filter2d.default,
+                ops.trilinear_interpolation.default}
+    assert expected <= targets, targets
+
+    path = tmp_path / "direct.pt2"
     torch.export.save(exported, str(path))
     reloaded = torch.export.load(str(path))
     with torch.no_grad():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import customconv
-from testlib import DEVICES, check_small_conv2d, cuda, ops, sync
+from testlib import DEVICES, check_small_conv2d, check_small_direct_ops, cuda, ops, sync
 
 F32, F64 = torch.float32, torch.float64
 BIG = 2**62
@@ -48,6 +48,36 @@ def grad_op(name, device, go=(2, 6, 5, 5), x=(2, 4, 5, 5), w=(6, 2, 3, 3), strid
             padding=(1, 1), dilation=(1, 1), groups=2, godt=F32):
     return getattr(ops, name)(t(device, *go, dtype=godt), t(device, *x), t(device, *w),
                               list(stride), list(padding), list(dilation), groups)
+
+
+def depthwise(device, x=(2, 4, 5, 5), w=(8, 1, 3, 3), b=(8,), stride=(1, 1), padding=(1, 1),
+              dilation=(1, 1), xdt=F32, wdt=F32, bdt=F32):
+    """customconv::depthwise_conv2d on tensors of the given shapes and dtypes (valid by default)."""
+    return ops.depthwise_conv2d(t(device, *x, dtype=xdt), t(device, *w, dtype=wdt),
+                                None if b is None else t(device, *b, dtype=bdt),
+                                list(stride), list(padding), list(dilation))
+
+
+def depthwise_grad(name, device, go=(2, 8, 5, 5), x=(2, 4, 5, 5), w=(8, 1, 3, 3),
+                   stride=(1, 1), padding=(1, 1), dilation=(1, 1), godt=F32):
+    return getattr(ops, name)(t(device, *go, dtype=godt), t(device, *x), t(device, *w),
+                              list(stride), list(padding), list(dilation))
+
+
+def filter2d(device, x=(2, 5, 6), k=(3, 3), border="zeros", xdt=F32, kdt=F32):
+    return ops.filter2d(t(device, *x, dtype=xdt), t(device, *k, dtype=kdt), border)
+
+
+def trilinear(device, feats=(4, 8, 5), points=(4, 3), fdt=F32, pdt=F32):
+    return ops.trilinear_interpolation(t(device, *feats, dtype=fdt), t(device, *points, dtype=pdt))
+
+
+def trilinear_backward(device, go=(4, 5), feats=(4, 8, 5), points=(4, 3), godt=F32):
+    return ops.trilinear_interpolation_backward(t(device, *go, dtype=godt), t(device, *feats),
+                                                t(device, *points))
+
+
+BORDER_LIST = r'border must be one of "zeros", "reflect", "replicate", "circular"; got '
 
 
 def kernel_too_large(op, extent, axis):
@@ -246,7 +276,226 @@ CASES = {
     "conv2d_grad_bias-grad-output-integer": (
         lambda d: ops.conv2d_grad_bias(t(d, 2, 6, 5, 5, dtype=torch.int64)),
         r"conv2d_grad_bias: grad_output must be float32, float64, float16 or bfloat16; got Long", True),
+    # ---------------------------------------------------------------- depthwise_conv2d
+    "depthwise_conv2d-input-2-dims": (lambda d: depthwise(d, x=(5, 5)),
+                                      r"depthwise_conv2d: input must have 3 or 4 dims; got 2", True),
+    "depthwise_conv2d-input-5-dims": (lambda d: depthwise(d, x=(1, 2, 4, 5, 5)),
+                                      r"depthwise_conv2d: input must have 3 or 4 dims; got 5", True),
+    "depthwise_conv2d-input-zero-channels": (
+        lambda d: depthwise(d, x=(2, 0, 5, 5)),
+        r"depthwise_conv2d: input must have at least one channel", True),
+    "depthwise_conv2d-weight-3-dims": (lambda d: depthwise(d, w=(8, 1, 3)),
+                                       r"depthwise_conv2d: weight must have 4 dims; got 3", True),
+    "depthwise_conv2d-weight-5-dims": (lambda d: depthwise(d, w=(8, 1, 3, 3, 1)),
+                                       r"depthwise_conv2d: weight must have 4 dims; got 5", True),
+    "depthwise_conv2d-weight-2-channels-per-group": (
+        lambda d: depthwise(d, w=(8, 2, 3, 3)),
+        r"depthwise_conv2d: weight must be \(C\*m, 1, kh, kw\); got shape \[8, 2, 3, 3\]", True),
+    "depthwise_conv2d-weight-as-conv2d-weight": (
+        lambda d: depthwise(d, w=(8, 4, 3, 3)),
+        r"depthwise_conv2d: weight must be \(C\*m, 1, kh, kw\); got shape \[8, 4, 3, 3\]", True),
+    "depthwise_conv2d-out-channels-not-multiple-of-channels": (
+        lambda d: depthwise(d, w=(6, 1, 3, 3), b=(6,)),
+        r"depthwise_conv2d: weight.size\(0\) \(6\) must be a positive multiple of the input "
+        r"channels \(4\)", True),
+    "depthwise_conv2d-out-channels-fewer-than-channels": (
+        lambda d: depthwise(d, w=(2, 1, 3, 3), b=None),
+        r"depthwise_conv2d: weight.size\(0\) \(2\) must be a positive multiple", True),
+    "depthwise_conv2d-out-channels-zero": (
+        lambda d: depthwise(d, w=(0, 1, 3, 3), b=None),
+        r"depthwise_conv2d: weight.size\(0\) \(0\) must be a positive multiple", True),
+    "depthwise_conv2d-unbatched-out-channels-not-multiple": (
+        lambda d: depthwise(d, x=(3, 5, 5), w=(4, 1, 3, 3), b=(4,)),
+        r"depthwise_conv2d: weight.size\(0\) \(4\) must be a positive multiple of the input "
+        r"channels \(3\)", True),
+    "depthwise_conv2d-stride-zero": (lambda d: depthwise(d, stride=(0, 1)),
+                                     r"depthwise_conv2d: stride must be positive", True),
+    "depthwise_conv2d-stride-negative": (lambda d: depthwise(d, stride=(1, -2)),
+                                         r"depthwise_conv2d: stride must be positive", True),
+    "depthwise_conv2d-dilation-zero": (lambda d: depthwise(d, dilation=(0, 1)),
+                                       r"depthwise_conv2d: dilation must be positive", True),
+    "depthwise_conv2d-dilation-negative": (lambda d: depthwise(d, dilation=(1, -1)),
+                                           r"depthwise_conv2d: dilation must be positive", True),
+    "depthwise_conv2d-padding-negative": (lambda d: depthwise(d, padding=(-1, 0)),
+                                          r"depthwise_conv2d: padding must be non-negative", True),
+    "depthwise_conv2d-stride-3-values": (
+        lambda d: depthwise(d, stride=(1, 1, 1)),
+        r"depthwise_conv2d: stride must be a list of 2 integers", True),
+    "depthwise_conv2d-kernel-larger-than-padded-input": (
+        lambda d: depthwise(d, w=(8, 1, 8, 3)),
+        kernel_too_large("depthwise_conv2d", 8, "height"), True),
+    "depthwise_conv2d-dilated-kernel-wider-than-input": (
+        lambda d: depthwise(d, w=(8, 1, 1, 3), padding=(0, 0), dilation=(1, 3)),
+        kernel_too_large("depthwise_conv2d", 7, "width"), True),
+    "depthwise_conv2d-dilation-2**40": (
+        lambda d: depthwise(d, dilation=(2**40, 1)),
+        kernel_too_large("depthwise_conv2d", 2**41 + 1, "height"), True),
+    "depthwise_conv2d-bias-wrong-size": (
+        lambda d: depthwise(d, b=(7,)),
+        r"depthwise_conv2d: bias has 7 elements but there are 8 output channels", True),
+    "depthwise_conv2d-bias-channels-not-out-channels": (
+        lambda d: depthwise(d, b=(4,)),
+        r"depthwise_conv2d: bias has 4 elements but there are 8 output channels", True),
+    "depthwise_conv2d-bias-2-dims": (lambda d: depthwise(d, b=(8, 1)),
+                                     r"depthwise_conv2d: bias must have 1 dims; got 2", True),
+    "depthwise_conv2d-weight-float64-input-float32": (
+        lambda d: depthwise(d, wdt=F64),
+        r"depthwise_conv2d: weight has dtype Double but input has dtype Float", True),
+    "depthwise_conv2d-bias-float64": (
+        lambda d: depthwise(d, bdt=F64),
+        r"depthwise_conv2d: bias has dtype Double but input has dtype Float", True),
+    "depthwise_conv2d-input-float16-weight-float32": (
+        lambda d: depthwise(d, xdt=torch.float16, bdt=torch.float16),
+        r"depthwise_conv2d: weight has dtype Float but input has dtype Half", True),
+    "depthwise_conv2d-integer-dtype": (
+        lambda d: depthwise(d, xdt=torch.int64, wdt=torch.int64, bdt=torch.int64),
+        r"depthwise_conv2d: input must be float32, float64, float16 or bfloat16; got Long", True),
+    "depthwise_conv2d_grad_input-grad-output-wrong-shape": (
+        lambda d: depthwise_grad("depthwise_conv2d_grad_input", d, go=(2, 8, 5, 4)),
+        r"depthwise_conv2d_grad_input: grad_output has shape \[2, 8, 5, 4\] but the "
+        r"convolution's output is \(2, 8, 5, 5\)", True),
+    "depthwise_conv2d_grad_input-grad-output-float64": (
+        lambda d: depthwise_grad("depthwise_conv2d_grad_input", d, godt=F64),
+        r"depthwise_conv2d_grad_input: grad_output has dtype Double but input has dtype Float", True),
+    "depthwise_conv2d_grad_input-weight-not-depthwise": (
+        lambda d: depthwise_grad("depthwise_conv2d_grad_input", d, w=(8, 4, 3, 3)),
+        r"depthwise_conv2d_grad_input: weight must be \(C\*m, 1, kh, kw\)", True),
+    "depthwise_conv2d_grad_weight-grad-output-wrong-channels": (
+        lambda d: depthwise_grad("depthwise_conv2d_grad_weight", d, go=(2, 4, 5, 5)),
+        r"depthwise_conv2d_grad_weight: grad_output has shape \[2, 4, 5, 5\]", True),
+    "depthwise_conv2d_grad_weight-grad-output-wrong-dims": (
+        lambda d: depthwise_grad("depthwise_conv2d_grad_weight", d, go=(8, 5, 5)),
+        r"depthwise_conv2d_grad_weight: grad_output must have 4 dims; got 3", True),
+    "depthwise_conv2d_grad_weight-stride-zero": (
+        lambda d: depthwise_grad("depthwise_conv2d_grad_weight", d, stride=(0, 0)),
+        r"depthwise_conv2d_grad_weight: stride must be positive", True),
+    # ---------------------------------------------------------------- filter2d
+    "filter2d-input-1-dim": (lambda d: filter2d(d, x=(5,)),
+                             r"filter2d: input must have at least 2 dims \(\.\.\., H, W\); got 1", True),
+    "filter2d-input-0-dims": (lambda d: filter2d(d, x=()),
+                              r"filter2d: input must have at least 2 dims \(\.\.\., H, W\); got 0", True),
+    "filter2d-kernel-3-dims": (lambda d: filter2d(d, k=(1, 3, 3)),
+                               r"filter2d: kernel must have 2 dims; got 3", True),
+    "filter2d-kernel-1-dim": (lambda d: filter2d(d, k=(3,)),
+                              r"filter2d: kernel must have 2 dims; got 1", True),
+    "filter2d-kernel-even-height": (lambda d: filter2d(d, k=(2, 3)),
+                                    r"filter2d: kernel sizes must be odd; got \(2, 3\)", True),
+    "filter2d-kernel-even-width": (lambda d: filter2d(d, k=(3, 4)),
+                                   r"filter2d: kernel sizes must be odd; got \(3, 4\)", True),
+    "filter2d-kernel-empty": (lambda d: filter2d(d, k=(0, 3)),
+                              r"filter2d: kernel sizes must be odd; got \(0, 3\)", True),
+    "filter2d-unknown-border": (lambda d: filter2d(d, border="mirror"),
+                                r"filter2d: " + BORDER_LIST + r'"mirror"', True),
+    "filter2d-border-constant": (lambda d: filter2d(d, border="constant"),
+                                 r"filter2d: " + BORDER_LIST + r'"constant"', True),
+    "filter2d-border-uppercase": (lambda d: filter2d(d, border="Zeros"),
+                                  r"filter2d: " + BORDER_LIST + r'"Zeros"', True),
+    "filter2d-border-empty": (lambda d: filter2d(d, border=""), r"filter2d: " + BORDER_LIST + '""',
+                              True),
+    "filter2d-reflect-padding-equal-to-height": (
+        lambda d: filter2d(d, x=(2, 2, 6), k=(5, 3), border="reflect"),
+        r"filter2d: border 'reflect' needs the padding \(2, 1\) = kernel size // 2 to be smaller "
+        r"than the plane \(2, 6\)", True),
+    "filter2d-reflect-padding-larger-than-width": (
+        lambda d: filter2d(d, x=(6, 2), k=(1, 7), border="reflect"),
+        r"filter2d: border 'reflect' needs the padding \(0, 3\) .* smaller than the plane \(6, 2\)",
+        True),
+    "filter2d-reflect-31x31-on-15x20": (
+        lambda d: filter2d(d, x=(15, 20), k=(31, 31), border="reflect"),
+        r"filter2d: border 'reflect' needs the padding \(15, 15\)", True),
+    "filter2d-circular-padding-larger-than-height": (
+        lambda d: filter2d(d, x=(2, 2, 6), k=(7, 3), border="circular"),
+        r"filter2d: border 'circular' needs the padding \(3, 1\) = kernel size // 2 to be at most "
+        r"the plane size \(2, 6\)", True),
+    "filter2d-circular-padding-larger-than-width": (
+        lambda d: filter2d(d, x=(3, 4, 1), k=(3, 5), border="circular"),
+        r"filter2d: border 'circular' needs the padding \(1, 2\) .* at most the plane size "
+        r"\(4, 1\)", True),
+    "filter2d-kernel-float64-input-float32": (
+        lambda d: filter2d(d, kdt=F64), r"filter2d: kernel has dtype Double but input has dtype Float",
+        True),
+    "filter2d-input-bfloat16-kernel-float32": (
+        lambda d: filter2d(d, xdt=torch.bfloat16),
+        r"filter2d: kernel has dtype Float but input has dtype BFloat16", True),
+    "filter2d-integer-dtype": (
+        lambda d: filter2d(d, xdt=torch.int32, kdt=torch.int32),
+        r"filter2d: input must be float32, float64, float16 or bfloat16; got Int", True),
+    "filter2d_grad_input-unknown-border": (
+        lambda d: ops.filter2d_grad_input(t(d, 2, 5, 6), t(d, 3, 3), "wrap"),
+        r"filter2d_grad_input: " + BORDER_LIST + r'"wrap"', True),
+    "filter2d_grad_input-reflect-plane-too-small": (
+        lambda d: ops.filter2d_grad_input(t(d, 2, 5, 1), t(d, 3, 3), "reflect"),
+        r"filter2d_grad_input: border 'reflect' needs the padding \(1, 1\)", True),
+    "filter2d_grad_input-kernel-even": (
+        lambda d: ops.filter2d_grad_input(t(d, 2, 5, 6), t(d, 3, 2), "zeros"),
+        r"filter2d_grad_input: kernel sizes must be odd; got \(3, 2\)", True),
+    "filter2d_grad_kernel-grad-output-wrong-shape": (
+        lambda d: ops.filter2d_grad_kernel(t(d, 2, 5, 5), t(d, 2, 5, 6), t(d, 3, 3), "zeros"),
+        r"filter2d_grad_kernel: grad_output has shape \[2, 5, 5\] but input has shape \[2, 5, 6\]",
+        True),
+    "filter2d_grad_kernel-grad-output-float64": (
+        lambda d: ops.filter2d_grad_kernel(t(d, 2, 5, 6, dtype=F64), t(d, 2, 5, 6), t(d, 3, 3),
+                                           "zeros"),
+        r"filter2d_grad_kernel: grad_output has dtype Double but input has dtype Float", True),
+    "filter2d_grad_kernel-circular-plane-too-small": (
+        lambda d: ops.filter2d_grad_kernel(t(d, 2, 1, 6), t(d, 2, 1, 6), t(d, 5, 3), "circular"),
+        r"filter2d_grad_kernel: border 'circular' needs the padding \(2, 1\)", True),
+    # ---------------------------------------------------------------- trilinear_interpolation
+    "trilinear_interpolation-feats-2-dims": (
+        lambda d: trilinear(d, feats=(4, 8)),
+        r"trilinear_interpolation: feats must have 3 dims; got 2", True),
+    "trilinear_interpolation-feats-4-dims": (
+        lambda d: trilinear(d, feats=(4, 2, 2, 2)),
+        r"trilinear_interpolation: feats must have 3 dims; got 4", True),
+    "trilinear_interpolation-feats-7-corners": (
+        lambda d: trilinear(d, feats=(4, 7, 5)),
+        r"trilinear_interpolation: feats must be \(N, 8, F\), one row of features per cube corner; "
+        r"got shape \[4, 7, 5\]", True),
+    "trilinear_interpolation-feats-transposed": (
+        lambda d: trilinear(d, feats=(4, 5, 8)),
+        r"trilinear_interpolation: feats must be \(N, 8, F\).*got shape \[4, 5, 8\]", True),
+    "trilinear_interpolation-points-1-dim": (
+        lambda d: trilinear(d, points=(12,)),
+        r"trilinear_interpolation: points must have 2 dims; got 1", True),
+    "trilinear_interpolation-points-2-coordinates": (
+        lambda d: trilinear(d, points=(4, 2)),
+        r"trilinear_interpolation: points must be \(N, 3\); got shape \[4, 2\]", True),
+    "trilinear_interpolation-points-transposed": (
+        lambda d: trilinear(d, feats=(3, 8, 5), points=(4, 3)[::-1]),
+        r"trilinear_interpolation: points must be \(N, 3\); got shape \[3, 4\]", True),
+    "trilinear_interpolation-n-mismatch": (
+        lambda d: trilinear(d, points=(5, 3)),
+        r"trilinear_interpolation: feats has 4 cubes but points has 5 points; N must match", True),
+    "trilinear_interpolation-n-mismatch-empty-points": (
+        lambda d: trilinear(d, points=(0, 3)),
+        r"trilinear_interpolation: feats has 4 cubes but points has 0 points", True),
+    "trilinear_interpolation-points-float64": (
+        lambda d: trilinear(d, pdt=F64),
+        r"trilinear_interpolation: points has dtype Double but feats has dtype Float", True),
+    "trilinear_interpolation-feats-float16-points-float32": (
+        lambda d: trilinear(d, fdt=torch.float16),
+        r"trilinear_interpolation: points has dtype Float but feats has dtype Half", True),
+    "trilinear_interpolation-integer-dtype": (
+        lambda d: trilinear(d, fdt=torch.int64, pdt=torch.int64),
+        r"trilinear_interpolation: feats must be float32, float64, float16 or bfloat16; got Long", True),
+    "trilinear_interpolation_backward-grad-output-wrong-shape": (
+        lambda d: trilinear_backward(d, go=(4, 6)),
+        r"trilinear_interpolation_backward: grad_output has shape \[4, 6\] but the output is "
+        r"\(4, 5\)", True),
+    "trilinear_interpolation_backward-grad-output-3-dims": (
+        lambda d: trilinear_backward(d, go=(4, 5, 1)),
+        r"trilinear_interpolation_backward: grad_output must have 2 dims; got 3", True),
+    "trilinear_interpolation_backward-grad-output-float64": (
+        lambda d: trilinear_backward(d, godt=F64),
+        r"trilinear_interpolation_backward: grad_output has dtype Double but feats has dtype Float",
+        True),
+    "trilinear_interpolation_backward-n-mismatch": (
+        lambda d: trilinear_backward(d, points=(3, 3)),
+        r"trilinear_interpolation_backward: feats has 4 cubes but points has 3 points", True),
 }
+
+# Cases of the direct-kernel ops: after them, one call of each of those ops must work too.
+DIRECT_OPS = ("depthwise_conv2d", "filter2d", "trilinear_interpolation")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -258,6 +507,8 @@ def test_bad_input_raises_a_clear_error(device, case):
         sync(device)
     # The device is still usable: a valid call gives right results.
     check_small_conv2d(device)
+    if case.startswith(DIRECT_OPS):
+        check_small_direct_ops(device)
 
 
 @pytest.mark.parametrize("case", sorted(c for c, (_, _, meta) in CASES.items() if meta))
@@ -290,6 +541,50 @@ MIXED_DEVICE_CASES = {
         lambda: ops.conv2d_grad_weight(t("cuda", 2, 6, 3, 3), t("cpu", 2, 4, 5, 5),
                                        t("cuda", 6, 4, 3, 3), [1, 1], [0, 0], [1, 1], 1),
         r"conv2d_grad_weight: .* is on .* but .* is on .*; all tensors must be on one device"),
+    "depthwise_conv2d-weight-on-cpu": (
+        lambda: ops.depthwise_conv2d(t("cuda", 2, 4, 5, 5), t("cpu", 8, 1, 3, 3)),
+        r"depthwise_conv2d: weight is on cpu but input is on cuda:\d; all tensors must be on one "
+        r"device"),
+    "depthwise_conv2d-input-on-cpu": (
+        lambda: ops.depthwise_conv2d(t("cpu", 2, 4, 5, 5), t("cuda", 8, 1, 3, 3)),
+        r"depthwise_conv2d: weight is on cuda:\d but input is on cpu"),
+    "depthwise_conv2d-bias-on-cpu": (
+        lambda: ops.depthwise_conv2d(t("cuda", 2, 4, 5, 5), t("cuda", 8, 1, 3, 3), t("cpu", 8)),
+        r"depthwise_conv2d: bias is on cpu but input is on cuda:\d"),
+    "depthwise_conv2d_grad_weight-input-on-cpu": (
+        lambda: ops.depthwise_conv2d_grad_weight(t("cuda", 2, 8, 3, 3), t("cpu", 2, 4, 5, 5),
+                                                 t("cuda", 8, 1, 3, 3), [1, 1], [0, 0], [1, 1]),
+        r"depthwise_conv2d_grad_weight: .* is on .* but .* is on .*; all tensors must be on one "
+        r"device"),
+    "depthwise_conv2d_grad_input-grad-output-on-cpu": (
+        lambda: ops.depthwise_conv2d_grad_input(t("cpu", 2, 8, 3, 3), t("cuda", 2, 4, 5, 5),
+                                                t("cuda", 8, 1, 3, 3), [1, 1], [0, 0], [1, 1]),
+        r"depthwise_conv2d_grad_input: .* is on .* but .* is on .*; all tensors must be on one "
+        r"device"),
+    "filter2d-kernel-on-cpu": (
+        lambda: ops.filter2d(t("cuda", 2, 5, 6), t("cpu", 3, 3), "reflect"),
+        r"filter2d: kernel is on cpu but input is on cuda:\d; all tensors must be on one device"),
+    "filter2d-input-on-cpu": (
+        lambda: ops.filter2d(t("cpu", 2, 5, 6), t("cuda", 3, 3)),
+        r"filter2d: kernel is on cuda:\d but input is on cpu"),
+    "filter2d_grad_input-kernel-on-cpu": (
+        lambda: ops.filter2d_grad_input(t("cuda", 2, 5, 6), t("cpu", 3, 3), "zeros"),
+        r"filter2d_grad_input: kernel is on cpu but .* is on cuda:\d"),
+    "filter2d_grad_kernel-grad-output-on-cpu": (
+        lambda: ops.filter2d_grad_kernel(t("cpu", 2, 5, 6), t("cuda", 2, 5, 6), t("cuda", 3, 3),
+                                         "zeros"),
+        r"filter2d_grad_kernel: grad_output is on cpu but input is on cuda:\d"),
+    "trilinear_interpolation-points-on-cpu": (
+        lambda: ops.trilinear_interpolation(t("cuda", 4, 8, 5), t("cpu", 4, 3)),
+        r"trilinear_interpolation: points is on cpu but feats is on cuda:\d; all tensors must be "
+        r"on one device"),
+    "trilinear_interpolation-feats-on-cpu": (
+        lambda: ops.trilinear_interpolation(t("cpu", 4, 8, 5), t("cuda", 4, 3)),
+        r"trilinear_interpolation: points is on cuda:\d but feats is on cpu"),
+    "trilinear_interpolation_backward-grad-output-on-cpu": (
+        lambda: ops.trilinear_interpolation_backward(t("cpu", 4, 5), t("cuda", 4, 8, 5),
+                                                     t("cuda", 4, 3)),
+        r"trilinear_interpolation_backward: grad_output is on cpu but feats is on cuda:\d"),
 }
 
 
@@ -301,6 +596,8 @@ def test_tensors_on_different_devices_raise_a_clear_error(case):
         call()
         sync("cuda")
     check_small_conv2d("cuda")
+    if case.startswith(DIRECT_OPS):
+        check_small_direct_ops("cuda")
 
 
 @cuda
@@ -334,3 +631,53 @@ def test_errors_in_backward_are_clear_and_leave_the_device_usable(device):
     sync(device)
     assert torch.isfinite(gx).all()
     check_small_conv2d(device)
+
+
+@cuda
+@pytest.mark.parametrize("op", DIRECT_OPS)
+def test_direct_ops_with_mixed_devices_in_autograd_raise_a_clear_error(op):
+    cuda_t = lambda *s: t("cuda", *s).requires_grad_()  # noqa: E731
+    cpu_t = lambda *s: t("cpu", *s).requires_grad_()  # noqa: E731
+    calls = {
+        "depthwise_conv2d": (lambda: customconv.depthwise_conv2d(cuda_t(2, 4, 5, 5), cpu_t(8, 1, 3, 3)),
+                             r"depthwise_conv2d: weight is on cpu but input is on cuda"),
+        "filter2d": (lambda: customconv.filter2d(cuda_t(2, 5, 6), cpu_t(3, 3)),
+                     r"filter2d: kernel is on cpu but input is on cuda"),
+        "trilinear_interpolation": (
+            lambda: customconv.trilinear_interpolation(cuda_t(4, 8, 5), cpu_t(4, 3)),
+            r"trilinear_interpolation: points is on cpu but feats is on cuda"),
+    }
+    call, message = calls[op]
+    with pytest.raises(RuntimeError, match=message):
+        call()
+    check_small_direct_ops("cuda")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nn_modules_of_the_direct_ops_report_bad_input_clearly(device):
+    module = customconv.nn.Filter2d(torch.ones(3, 3), border="mirror").to(device)
+    with pytest.raises(RuntimeError, match=r"filter2d: " + BORDER_LIST + r'"mirror"'):
+        module(t(device, 2, 5, 5))
+    with pytest.raises(RuntimeError, match=r"trilinear_interpolation: feats has 4 cubes but points "
+                                           r"has 3 points"):
+        customconv.nn.TrilinearInterpolation()(t(device, 4, 8, 2), t(device, 3, 3))
+    conv = customconv.nn.DepthwiseConv2d(4, 8, 3).to(device)
+    with pytest.raises(RuntimeError, match=r"depthwise_conv2d: weight.size\(0\) \(8\) must be a "
+                                           r"positive multiple of the input channels \(3\)"):
+        conv(t(device, 2, 3, 5, 5))
+    check_small_direct_ops(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_direct_ops_errors_in_backward_are_clear_and_leave_the_device_usable(device):
+    x = t(device, 2, 4, 5, 5).requires_grad_()
+    w = t(device, 8, 1, 3, 3).requires_grad_()
+    out = ops.depthwise_conv2d(x, w, None, [1, 1], [1, 1], [1, 1])
+    with pytest.raises(RuntimeError, match=re.escape(
+            "depthwise_conv2d_grad_input: grad_output has shape [2, 8, 4, 4]")):
+        ops.depthwise_conv2d_grad_input(t(device, 2, 8, 4, 4), x.detach(), w.detach(), [1, 1],
+                                        [1, 1], [1, 1])
+    (gx,) = torch.autograd.grad(out, x, torch.ones_like(out))
+    sync(device)
+    assert torch.isfinite(gx).all()
+    check_small_direct_ops(device)

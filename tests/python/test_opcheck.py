@@ -6,6 +6,7 @@ requires_grad, with omitted defaulted arguments and single-int pairs."""
 import pytest
 import torch
 
+import customconv
 from testlib import DEVICES, make_tensor, ops
 
 ALL_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor",
@@ -52,14 +53,71 @@ SAMPLES = {
         (t((2, 4, 3)), t((3, 6, 5)), t((2, 3, 3, 3)), [1], [0], [1], 1), {})),
     "conv2d_grad_bias": ("conv2d_grad_bias", lambda t: ((t((2, 6, 4, 5)),), {})),
     "conv2d_grad_bias-unbatched": ("conv2d_grad_bias", lambda t: ((t((6, 4, 5), "transposed"),), {})),
+    # ---------------------------------------------------------------- depthwise_conv2d
+    "depthwise_conv2d-strided-dilated": ("depthwise_conv2d", lambda t: (
+        (t((2, 3, 7, 6)), t((6, 1, 3, 2)), t((6,)), [2, 1], [1, 2], [1, 2]), {})),
+    "depthwise_conv2d-defaults": ("depthwise_conv2d", lambda t: ((t((2, 3, 5, 5)), t((3, 1, 2, 2))), {})),
+    "depthwise_conv2d-kwargs-single-ints": ("depthwise_conv2d", lambda t: (
+        (t((2, 2, 6, 5)), t((8, 1, 3, 3))), dict(bias=t((8,)), stride=[2], padding=[1]))),
+    "depthwise_conv2d-unbatched-large-kernel": ("depthwise_conv2d", lambda t: (
+        (t((2, 9, 8)), t((4, 1, 7, 5)), t((4,))), dict(padding=[3, 2]))),
+    "depthwise_conv2d-channels_last": ("depthwise_conv2d", lambda t: (
+        (t((2, 4, 5, 6), "channels_last"), t((4, 1, 3, 3)), None, [1, 1], [1, 1], [1, 1]), {})),
+    "depthwise_conv2d-batch0": ("depthwise_conv2d", lambda t: (
+        (t((0, 2, 5, 5)), t((4, 1, 2, 2)), t((4,))), {})),
+    "depthwise_conv2d_grad_input": ("depthwise_conv2d_grad_input", lambda t: (
+        (t((2, 6, 4, 8)), t((2, 3, 7, 6)), t((6, 1, 3, 2)), [2, 1], [1, 2], [1, 2]), {})),
+    "depthwise_conv2d_grad_input-unbatched": ("depthwise_conv2d_grad_input", lambda t: (
+        (t((4, 3, 3)), t((2, 5, 5)), t((4, 1, 3, 3)), [1], [0], [1]), {})),
+    "depthwise_conv2d_grad_weight": ("depthwise_conv2d_grad_weight", lambda t: (
+        (t((2, 6, 4, 8)), t((2, 3, 7, 6), "channels_last"), t((6, 1, 3, 2)), [2, 1], [1, 2],
+         [1, 2]), {})),
+    "depthwise_conv2d_grad_weight-batch0": ("depthwise_conv2d_grad_weight", lambda t: (
+        (t((0, 4, 3, 3)), t((0, 2, 5, 5)), t((4, 1, 3, 3)), [1, 1], [0, 0], [1, 1]), {})),
+    # ---------------------------------------------------------------- filter2d
+    "filter2d-zeros-3d": ("filter2d", lambda t: ((t((2, 5, 6)), t((3, 5)), "zeros"), {})),
+    "filter2d-defaults-2d": ("filter2d", lambda t: ((t((6, 7)), t((3, 3))), {})),
+    "filter2d-reflect-4d-channels_last": ("filter2d", lambda t: (
+        (t((2, 3, 5, 6), "channels_last"), t((5, 3))), dict(border="reflect"))),
+    "filter2d-replicate-plane-smaller-than-kernel": ("filter2d", lambda t: (
+        (t((2, 2, 3)), t((7, 5)), "replicate"), {})),
+    "filter2d-circular-transposed": ("filter2d", lambda t: (
+        (t((3, 6, 5), "transposed"), t((3, 3)), "circular"), {})),
+    "filter2d-zero-sized-leading-dim": ("filter2d", lambda t: (
+        (t((0, 3, 4, 5)), t((3, 3)), "reflect"), {})),
+    "filter2d_grad_input": ("filter2d_grad_input", lambda t: (
+        (t((2, 5, 6)), t((3, 5)), "reflect"), {})),
+    "filter2d_grad_input-circular-2d": ("filter2d_grad_input", lambda t: (
+        (t((5, 6), "transposed"), t((5, 3)), "circular"), {})),
+    "filter2d_grad_kernel": ("filter2d_grad_kernel", lambda t: (
+        (t((2, 5, 6)), t((2, 5, 6)), t((3, 5)), "replicate"), {})),
+    "filter2d_grad_kernel-zeros-4d": ("filter2d_grad_kernel", lambda t: (
+        (t((2, 2, 4, 5)), t((2, 2, 4, 5), "sliced"), t((3, 3)), "zeros"), {})),
+    # ---------------------------------------------------------------- trilinear_interpolation
+    "trilinear_interpolation": ("trilinear_interpolation", lambda t: (
+        (t((5, 8, 7)), t((5, 3))), {})),
+    "trilinear_interpolation-non-contiguous": ("trilinear_interpolation", lambda t: (
+        (t((6, 8, 5), "transposed"), t((6, 3), "sliced")), {})),
+    "trilinear_interpolation-n0": ("trilinear_interpolation", lambda t: (
+        (t((0, 8, 4)), t((0, 3))), {})),
+    "trilinear_interpolation_backward": ("trilinear_interpolation_backward", lambda t: (
+        (t((5, 7)), t((5, 8, 7)), t((5, 3))), {})),
+    "trilinear_interpolation_backward-non-contiguous": ("trilinear_interpolation_backward",
+                                                        lambda t: ((t((6, 5), "transposed"),
+                                                                    t((6, 8, 5), "offset"),
+                                                                    t((6, 3), "transposed")), {})),
 }
 
-BACKWARD_OPS = {"conv2d_grad_input", "conv2d_grad_weight", "conv2d_grad_bias"}
+BACKWARD_OPS = {"conv2d_grad_input", "conv2d_grad_weight", "conv2d_grad_bias",
+                "depthwise_conv2d_grad_input", "depthwise_conv2d_grad_weight",
+                "filter2d_grad_input", "filter2d_grad_kernel", "trilinear_interpolation_backward"}
 
 
 def test_every_op_has_an_opcheck_sample():
     names = {op for op, _ in SAMPLES.values()}
-    expected = {"conv2d", "im2col", "col2im"} | BACKWARD_OPS
+    expected = {"conv2d", "im2col", "col2im", "depthwise_conv2d", "filter2d",
+                "trilinear_interpolation"} | BACKWARD_OPS
+    assert expected == set(customconv.OPS)
     assert expected <= names
     for op in expected:
         assert hasattr(ops, op), f"torch.ops.customconv.{op} is not registered"
@@ -86,7 +144,12 @@ def test_every_op_passes_opcheck(device, sample, requires_grad, gen):
 
 
 @pytest.mark.parametrize("sample", ["conv2d-grouped-strided", "im2col", "col2im",
-                                    "conv2d_grad_input", "conv2d_grad_weight", "conv2d_grad_bias"])
+                                    "conv2d_grad_input", "conv2d_grad_weight", "conv2d_grad_bias",
+                                    "depthwise_conv2d-strided-dilated",
+                                    "depthwise_conv2d_grad_input", "depthwise_conv2d_grad_weight",
+                                    "filter2d-reflect-4d-channels_last", "filter2d_grad_input",
+                                    "filter2d_grad_kernel", "trilinear_interpolation",
+                                    "trilinear_interpolation_backward"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_every_op_passes_opcheck_in_float32_and_half_precision(device, sample, gen):
     for dtype in (F32, low_precision(device)):

@@ -1,6 +1,7 @@
 """Shared helpers of the pytest suite: devices and dtypes, per-test seeds,
 tensors in various memory layouts, random op configurations, the float64
-references (PyTorch's own ops) and dtype-aware tolerances."""
+references (PyTorch's own ops, or the op's formula written in PyTorch) and
+dtype-aware tolerances."""
 
 import dataclasses
 import hashlib
@@ -61,6 +62,8 @@ def generator(seed: int) -> torch.Generator:
 
 #: Memory layouts a tensor argument is made in (all hold the same kind of values).
 LAYOUTS = ("contiguous", "channels_last", "transposed", "sliced", "expanded")
+#: ... and "offset" too, for the direct kernels (which may load vectors).
+DIRECT_LAYOUTS = LAYOUTS + ("offset",)
 
 
 def make_tensor(
@@ -70,15 +73,21 @@ def make_tensor(
     layout: str = "contiguous",
     gen: Optional[torch.Generator] = None,
     requires_grad: bool = False,
+    uniform: Optional[Tuple[float, float]] = None,
+    map_values=None,
 ) -> torch.Tensor:
-    """Standard-normal values (never all zeros or ones) of `shape`, rounded to
-    `dtype`, on `device`, with the given memory layout:
+    """Standard-normal values (never all zeros or ones; uniform in
+    [uniform[0], uniform[1]) when given; then passed through `map_values`, a
+    function of a float64 tensor, when given) of `shape`, rounded to `dtype`,
+    on `device`, with the given memory layout:
 
     contiguous     row-major
     channels_last  dim -3 innermost in memory (torch.channels_last for 4-D)
     transposed     the last two dims swapped in memory (a .transpose view)
     sliced         a strided slice of a larger tensor (storage offset, step 2)
     expanded       dim 0 broadcast from size 1 (stride 0), when dim 0 > 1
+    offset         row-major, but one element past the start of its storage
+                   (contiguous, data pointer not aligned to a vector width)
     """
     shape = tuple(int(s) for s in shape)
     nd = len(shape)
@@ -100,12 +109,29 @@ def make_tensor(
     elif layout == "expanded":
         base_shape = (1,) + shape[1:]
         view = lambda t: t.expand(shape)  # noqa: E731
+    elif layout == "offset":
+        base_shape = (1 + _numel(shape),)
+        view = lambda t: t[1:].view(shape)  # noqa: E731
     else:
         raise ValueError(f"unknown layout {layout!r}")
-    base = torch.randn(base_shape, generator=gen, dtype=torch.float64).to(dtype).to(device)
+    if uniform is None:
+        values = torch.randn(base_shape, generator=gen, dtype=torch.float64)
+    else:
+        lo, hi = uniform
+        values = torch.rand(base_shape, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+    if map_values is not None:
+        values = map_values(values)
+    base = values.to(dtype).to(device)
     t = view(base)
     assert t.shape == shape, (t.shape, shape, layout)
     return t.detach().requires_grad_(requires_grad)
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
 
 
 def f64(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -144,11 +170,20 @@ def assert_matches(
     what: str,
     ctx: str,
     device: Optional[str] = None,
+    nonfinite: Optional[str] = None,
 ) -> None:
     """Checks `actual` against the float64 `expected`, element by element, with
     tolerance tolerance_factor(dtype, reduction) * bound, where `bound` is the
     same computation on absolute values (sum of |terms|), so the tolerance
-    scales with each element's magnitude and cancellation is no excuse."""
+    scales with each element's magnitude and cancellation is no excuse.
+
+    With `nonfinite`, `expected` may hold NaN and +-Inf; the tolerance applies
+    to its finite elements, where `actual` must be finite too, and
+      "exact":     `actual` holds NaN where `expected` does, Inf of the same
+                   sign where `expected` does;
+      "inf_or_nan": the same, except that NaN may stand for an Inf (for sums
+                   whose order decides between Inf and NaN: Inf * (a + b) is
+                   Inf where Inf * a + Inf * b with a > 0 > b is NaN)."""
     assert isinstance(actual, torch.Tensor), f"{what}: got {type(actual)} [{ctx}]"
     assert actual.dtype == dtype, f"{what}: dtype {actual.dtype}, expected {dtype} [{ctx}]"
     if device is not None:
@@ -161,6 +196,25 @@ def assert_matches(
     if expected.numel() == 0:
         return
     got = f64(actual)
+    if nonfinite:
+        assert nonfinite in ("exact", "inf_or_nan"), nonfinite
+        loose = nonfinite == "inf_or_nan"
+        for kind, test in (("NaN", torch.isnan), ("+Inf", torch.isposinf), ("-Inf", torch.isneginf),
+                           ("a non-finite value", lambda t: ~torch.isfinite(t))):
+            differ = test(got) != test(expected)
+            if loose and kind != "a non-finite value":
+                # Only NaN where expected is Inf is allowed.
+                differ &= ~(torch.isinf(expected) & torch.isnan(got))
+            if bool(differ.any()):
+                idx = tuple(int(i) for i in differ.nonzero()[0])
+                raise AssertionError(
+                    f"{what}: {kind} not where the reference has it [{ctx}]: {int(differ.sum())} "
+                    f"of {differ.numel()} elements; first at {idx}: got {float(got[idx])!r}, "
+                    f"expected {float(expected[idx])!r}"
+                )
+        finite = torch.isfinite(expected)
+        got, expected = torch.where(finite, got, 0.0), torch.where(finite, expected, 0.0)
+        bound = torch.where(finite, bound, 0.0)
     factor = tolerance_factor(dtype, reduction)
     tol = factor * bound + factor * 1e-6 * float(bound.max())
     err = (got - expected).abs()
@@ -293,30 +347,43 @@ def random_conv2d_config(rng: random.Random, **fixed) -> ConvConfig:
     return cfg
 
 
+def float64_reference(
+    fn, inputs: Dict[str, Optional[torch.Tensor]], grad: Optional[torch.Tensor], bounds: bool = True
+) -> Dict[str, Tuple[torch.Tensor, Optional[torch.Tensor]]]:
+    """`fn(**inputs)` (PyTorch's own ops) in float64 on the CPU on the same
+    values, and its gradients for `grad`: {"output": (expected, bound)} and
+    {"grad_<name>": (expected, bound)} for each input that is not None, bound
+    being the same computation on absolute values (sum of |terms|; None
+    without `bounds`)."""
+    names = [n for n, t in inputs.items() if t is not None]
+
+    def run(transform):
+        leaves = {n: transform(f64(t)).requires_grad_() for n, t in inputs.items() if t is not None}
+        out = fn(**{n: leaves.get(n) for n in inputs})
+        if grad is None:
+            return out.detach(), {}
+        grads = torch.autograd.grad(out, [leaves[n] for n in names], transform(f64(grad)),
+                                    allow_unused=True, materialize_grads=True)
+        return out.detach(), dict(zip(names, grads))
+
+    out, grads = run(lambda t: t.clone())
+    out_b, grads_b = run(torch.abs) if bounds else (None, {})
+    res = {"output": (out, out_b)}
+    for n in grads:
+        res["grad_" + n] = (grads[n], grads_b.get(n))
+    return res
+
+
 def conv2d_reference(cfg: ConvConfig, x, w, b, grad) -> Dict[str, Tuple[torch.Tensor, torch.Tensor]]:
     """F.conv2d in float64 on the CPU on the same values: for the output and
     the gradients of input, weight (and bias), (expected, bound), bound being
     the same computation on absolute values."""
     stride, padding, dilation, groups = cfg.args()
-    conv = lambda i, k, c: F.conv2d(i, k, c, stride, padding, dilation, groups)  # noqa: E731
-    x64, w64, b64, g64 = f64(x), f64(w), f64(b), f64(grad)
-    xr, wr = x64.clone().requires_grad_(), w64.clone().requires_grad_()
-    br = None if b64 is None else b64.clone().requires_grad_()
-    out = conv(xr, wr, br)
-    inputs = [xr, wr] + ([br] if br is not None else [])
-    grads = torch.autograd.grad(out, inputs, g64) if g64 is not None else [None] * len(inputs)
 
-    xa, wa = x64.abs().requires_grad_(), w64.abs().requires_grad_()
-    out_b = conv(xa, wa, None if b64 is None else b64.abs())
-    res = {"output": (out.detach(), out_b.detach())}
-    if g64 is not None:
-        gxa, gwa = torch.autograd.grad(out_b, [xa, wa], g64.abs())
-        res["grad_input"] = (grads[0], gxa)
-        res["grad_weight"] = (grads[1], gwa)
-        if br is not None:
-            dims = [d for d in range(g64.dim()) if d != g64.dim() - 3]
-            res["grad_bias"] = (grads[2], g64.abs().sum(dims))
-    return res
+    def conv(input, weight, bias):
+        return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
+
+    return float64_reference(conv, dict(input=x, weight=w, bias=b), grad)
 
 
 def conv2d_reductions(cfg: ConvConfig) -> Dict[str, int]:
@@ -403,6 +470,295 @@ def unfold_args(cfg: WindowConfig) -> dict:
                 stride=cfg.stride)
 
 
+# ---------------------------------------------------------------- depthwise_conv2d configs
+
+
+def _kernel_size(rng: random.Random, largest: int = 31, odd: bool = False) -> Tuple[int, int]:
+    """A kernel size up to `largest` per axis: mostly small, often medium,
+    sometimes large; square or not."""
+    r = rng.random()
+    lo, hi = (1, 5) if r < 0.55 else ((6, 12) if r < 0.8 else (13, largest))
+    kh, kw = _pair(rng, lo, hi, square=0.35)
+    if rng.random() < 0.25:  # one axis from another size class (31 x 1, 3 x 17, ...)
+        kw = rng.randint(1, largest)
+    if odd:
+        kh, kw = kh | 1, kw | 1
+    return min(kh, largest), min(kw, largest)
+
+
+def random_depthwise_config(rng: random.Random, **fixed) -> ConvConfig:
+    """A random valid depthwise_conv2d configuration, as a ConvConfig with
+    groups == in_channels (so conv2d_reference / conv2d_reductions apply):
+    channel multipliers 1-4, kernels 1x1 to 31x31 (square or not), stride,
+    dilation and padding per axis, batch 0/1/several or unbatched, every
+    layout of input, weight and grad_output. Keyword arguments pin fields
+    (`channels` and `multiplier` as well as ConvConfig's)."""
+    channels = fixed.pop("channels", rng.randint(1, 5))
+    multiplier = fixed.pop("multiplier", rng.randint(1, 4))
+    kernel = tuple(fixed.pop("kernel", _kernel_size(rng)))
+    large = max(kernel) > 8
+    if "dilation" not in fixed:
+        fixed["dilation"] = ((1, 1) if large and rng.random() < 0.7
+                             else (_pair(rng, 1, 3, square=0.5) if rng.random() < 0.6 else (1, 1)))
+    if "padding" not in fixed and large:
+        fixed["padding"] = (rng.randint(0, kernel[0] // 2), rng.randint(0, kernel[1] // 2))
+    layout = lambda: rng.choice(("contiguous",) * 2 + DIRECT_LAYOUTS[1:])  # noqa: E731
+    for name in ("input_layout", "weight_layout", "grad_layout"):
+        fixed.setdefault(name, layout())
+    return random_conv2d_config(rng, kind="depthwise", groups=channels, in_channels=channels,
+                                out_channels=channels * multiplier, kernel=kernel, **fixed)
+
+
+# ---------------------------------------------------------------- filter2d configs
+
+BORDERS = ("zeros", "reflect", "replicate", "circular")
+_PAD_MODE = {"zeros": "constant", "reflect": "reflect", "replicate": "replicate",
+             "circular": "circular"}
+
+
+def min_plane_size(border: str, k: int) -> int:
+    """The smallest plane side that `border` allows with a kernel of size k
+    along it (what F.pad allows: reflect padding < size, circular padding <= size)."""
+    pad = k // 2
+    if border == "reflect":
+        return pad + 1
+    if border == "circular":
+        return max(1, pad)
+    return 1
+
+
+@dataclasses.dataclass(frozen=True)
+class FilterConfig:
+    lead: Tuple[int, ...]  # the leading dims of the input (..., H, W); () for a single plane
+    size: Tuple[int, int]  # the plane (H, W)
+    kernel: Tuple[int, int]  # (kh, kw), both odd
+    border: str
+    input_layout: str = "contiguous"
+    kernel_layout: str = "contiguous"
+    grad_layout: str = "contiguous"
+
+    @property
+    def input_shape(self) -> Tuple[int, ...]:
+        return self.lead + self.size
+
+    @property
+    def planes(self) -> int:
+        return _numel(self.lead)
+
+
+def random_filter2d_config(rng: random.Random, **fixed) -> FilterConfig:
+    """A random valid filter2d configuration; keyword arguments pin fields.
+    Covers every border, odd kernels 1x1 to 31x31 (square or not), planes
+    smaller than the kernel where the border allows it, leading dims none /
+    one / several / zero-sized and every layout of input, kernel and grad."""
+    border = fixed.pop("border", rng.choice(BORDERS))
+    kernel = tuple(fixed.pop("kernel", _kernel_size(rng, odd=True)))
+    if "size" in fixed:
+        size = tuple(fixed.pop("size"))
+    else:
+        size = []
+        for k in kernel:
+            lo = min_plane_size(border, k)
+            r = rng.random()
+            if r < 0.3:  # at or near the smallest plane the border allows
+                size.append(lo + rng.randint(0, 2))
+            elif r < 0.5:  # smaller than the kernel (and a tiny plane), where allowed
+                size.append(rng.randint(lo, max(lo, k - 1)))
+            else:
+                size.append(max(lo, rng.randint(1, 12)) + rng.randint(0, 8))
+        size = tuple(size)
+    r = rng.random()
+    if r < 0.2:
+        lead = ()
+    elif r < 0.45:
+        lead = (rng.randint(1, 4),)
+    elif r < 0.9:
+        lead = tuple(rng.randint(1, 3) for _ in range(rng.randint(2, 3)))
+    else:
+        lead = tuple(rng.randint(0, 2) for _ in range(rng.randint(1, 3)))
+        lead = lead[:-1] + (0,) if 0 not in lead else lead
+    lead = tuple(fixed.pop("lead", lead))
+    layout = lambda: rng.choice(("contiguous",) * 2 + DIRECT_LAYOUTS[1:])  # noqa: E731
+    cfg = FilterConfig(lead=lead, size=size, kernel=kernel, border=border,
+                       input_layout=fixed.pop("input_layout", layout()),
+                       kernel_layout=fixed.pop("kernel_layout", layout()),
+                       grad_layout=fixed.pop("grad_layout", layout()))
+    assert not fixed, f"unknown config fields {sorted(fixed)}"
+    assert all(k % 2 == 1 for k in cfg.kernel), cfg
+    assert all(s >= min_plane_size(border, k) for s, k in zip(cfg.size, cfg.kernel)), cfg
+    return cfg
+
+
+def filter2d_torch(input: torch.Tensor, kernel: torch.Tensor, border: str) -> torch.Tensor:
+    """filter2d written with PyTorch's ops: every plane padded by F.pad, then a
+    valid correlation by F.conv2d."""
+    h, w = input.shape[-2:]
+    kh, kw = kernel.shape
+    planes = input.reshape(-1, 1, h, w)
+    padded = F.pad(planes, (kw // 2, kw // 2, kh // 2, kh // 2), mode=_PAD_MODE[border])
+    return F.conv2d(padded, kernel[None, None]).reshape(input.shape)
+
+
+def filter2d_reference(cfg: FilterConfig, x, k, grad) -> Dict[str, Tuple[torch.Tensor, torch.Tensor]]:
+    """filter2d_torch in float64: output, grad_input and grad_kernel with bounds."""
+    return float64_reference(lambda input, kernel: filter2d_torch(input, kernel, cfg.border),
+                             dict(input=x, kernel=k), grad)
+
+
+def filter2d_reductions(cfg: FilterConfig) -> Dict[str, int]:
+    """Length of the sums behind each result (for the tolerance)."""
+    kh, kw = cfg.kernel
+
+    def copies(k: int, size: int) -> int:
+        # Padded positions per axis that read one input sample: itself, and its
+        # mirror / wrapped images (reflect, circular) or the whole border
+        # (replicate, at the edge); each is read by at most k taps.
+        per_border = {"zeros": 1, "reflect": 3, "circular": 3, "replicate": k // 2 + 1}
+        return min(per_border[cfg.border], size)
+
+    return {
+        "output": kh * kw,
+        "grad_input": kh * kw * copies(kh, cfg.size[0]) * copies(kw, cfg.size[1]),
+        "grad_kernel": cfg.planes * cfg.size[0] * cfg.size[1],
+    }
+
+
+# ---------------------------------------------------------------- trilinear_interpolation configs
+
+#: Feature counts that break every vector width (1, 3, 5, 7, 33, 1023) and others.
+TRILINEAR_FEATURES = (1, 2, 3, 4, 5, 7, 8, 16, 31, 32, 33, 64, 127, 128, 256, 1023, 1024, 2048)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrilinearConfig:
+    n: int
+    features: int
+    # inside: in [-1, 1]; outside: in [-3, 3]; normal: N(0, 1); grid: on {-1, 0, 1}
+    points: str = "inside"
+    feats_layout: str = "contiguous"
+    points_layout: str = "contiguous"
+    grad_layout: str = "contiguous"
+
+    @property
+    def feats_shape(self) -> Tuple[int, int, int]:
+        return (self.n, 8, self.features)
+
+
+def random_trilinear_config(rng: random.Random, **fixed) -> TrilinearConfig:
+    """A random valid trilinear_interpolation configuration (at most ~64K
+    feature values); keyword arguments pin fields."""
+    features = fixed.pop("features", rng.choice(TRILINEAR_FEATURES))
+    n = fixed.pop("n", None)
+    if n is None:
+        n = min(rng.choice([0, 1, 2, 3, rng.randint(4, 40), rng.randint(41, 500)]),
+                max(3, 8192 // features))
+    layout = lambda: rng.choice(("contiguous",) * 2 + DIRECT_LAYOUTS[1:])  # noqa: E731
+    cfg = TrilinearConfig(
+        n=n, features=features,
+        points=fixed.pop("points", rng.choice(["inside", "inside", "outside", "normal", "grid"])),
+        feats_layout=fixed.pop("feats_layout", layout()),
+        points_layout=fixed.pop("points_layout", layout()),
+        grad_layout=fixed.pop("grad_layout", layout()))
+    assert not fixed, f"unknown config fields {sorted(fixed)}"
+    return cfg
+
+
+def make_points(cfg: TrilinearConfig, dtype, device, gen, requires_grad=False) -> torch.Tensor:
+    """The config's points (N, 3) in its layout and value range."""
+    if cfg.points == "grid":
+        # Exactly on corners, edges and faces: weights of exactly 0 and 1.
+        return make_tensor((cfg.n, 3), dtype, device, cfg.points_layout, gen, requires_grad,
+                           uniform=(-1.5, 1.5), map_values=torch.round)
+    uniform = {"inside": (-1.0, 1.0), "outside": (-3.0, 3.0), "normal": None}[cfg.points]
+    return make_tensor((cfg.n, 3), dtype, device, cfg.points_layout, gen, requires_grad, uniform)
+
+
+def trilinear_torch(feats: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
+    """The op's formula written with PyTorch's elementwise ops:
+    u, v, w = (points + 1) / 2, corner c = 4i + 2j + k,
+    out = sum_c (i ? u : 1-u) (j ? v : 1-v) (k ? w : 1-w) feats[:, c]."""
+    factors = [(1 - t, t) for t in ((points + 1) / 2).unbind(1)]
+    corners = feats.unbind(1)
+    out = None
+    for c in range(8):
+        i, j, k = c >> 2, (c >> 1) & 1, c & 1
+        term = (factors[0][i] * factors[1][j] * factors[2][k])[:, None] * corners[c]
+        out = term if out is None else out + term
+    return out
+
+
+def trilinear_reference(feats, points, grad) -> Dict[str, Tuple[torch.Tensor, torch.Tensor]]:
+    """trilinear_torch in float64 with autograd: output, grad_feats and
+    grad_points. The bounds use |u| + |1 - u| for each weight factor (the
+    rounding of 1 - u is relative to 1 + |u|, not to |1 - u|)."""
+    res = float64_reference(trilinear_torch, dict(feats=feats, points=points), grad, bounds=False)
+    u = (f64(points) + 1) / 2
+    a = u.abs() + (1 - u).abs()  # (N, 3)
+    fa = f64(feats).abs()
+    res["output"] = (res["output"][0], a.prod(1)[:, None] * fa.sum(1))
+    if grad is not None:
+        ga = f64(grad).abs()
+        res["grad_feats"] = (res["grad_feats"][0], (a.prod(1)[:, None] * ga)[:, None, :].expand(fa.shape))
+        s = (ga * fa.sum(1)).sum(1)  # (N,)
+        pairs = torch.stack([a[:, 1] * a[:, 2], a[:, 0] * a[:, 2], a[:, 0] * a[:, 1]], 1)
+        res["grad_points"] = (res["grad_points"][0], 0.5 * s[:, None] * pairs)
+    return res
+
+
+def trilinear_reductions(features: int) -> Dict[str, int]:
+    return {"output": 16, "grad_feats": 4, "grad_points": 8 * max(features, 1) + 8}
+
+
+# ---------------------------------------------------------------- differential runs
+
+
+def check_against_reference(
+    call,
+    inputs: Dict[str, Optional[torch.Tensor]],
+    reference,
+    reductions: Dict[str, int],
+    dtype: torch.dtype,
+    device: str,
+    gen: torch.Generator,
+    ctx: str,
+    grad_layout: str = "contiguous",
+    nonfinite: Optional[Dict[str, str]] = None,
+) -> torch.Tensor:
+    """Runs `out = call(**inputs)` and backward with a random grad_output (made
+    in `grad_layout`); checks the output and the gradient of every input that
+    requires grad ("grad_<name>") against `reference(grad_output)` (a dict as
+    float64_reference returns); `nonfinite` maps result names to
+    assert_matches's `nonfinite` modes. Returns the output."""
+    nonfinite = nonfinite or {}
+    out = call(**inputs)
+    grad = make_tensor(out.shape, dtype, device, grad_layout, gen)
+    ref = reference(grad)
+    assert_matches(out, *ref["output"], dtype, reductions["output"], "output", ctx, device,
+                   nonfinite.get("output"))
+    wanted = [(n, t) for n, t in inputs.items()
+              if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not wanted:
+        assert not out.requires_grad, f"output requires grad, no input does [{ctx}]"
+        return out
+    grads = torch.autograd.grad(out, [t for _, t in wanted], grad)
+    sync(device)
+    for (name, t), g in zip(wanted, grads):
+        assert g.shape == t.shape, f"grad_{name} shape {tuple(g.shape)} vs {tuple(t.shape)} [{ctx}]"
+        assert_matches(g, *ref["grad_" + name], dtype, reductions["grad_" + name], "grad_" + name,
+                       ctx, device, nonfinite.get("grad_" + name))
+    return out
+
+
+def assert_deterministic(fn, what: str) -> None:
+    """fn() -> a tuple of tensors; two runs must give bitwise equal results."""
+    first, second = fn(), fn()
+    for i, (a, b) in enumerate(zip(first, second)):
+        assert torch.equal(a, b), (
+            f"{what}: result {i} differs between two runs by up to "
+            f"{float((a.double() - b.double()).abs().max()):.3g}"
+        )
+
+
 # ---------------------------------------------------------------- a small known-good call
 
 
@@ -424,3 +780,37 @@ def check_small_conv2d(device: str, dtype: torch.dtype = torch.float32) -> None:
     for name, got in zip(("output", "grad_input", "grad_weight", "grad_bias"), (out,) + grads):
         assert_matches(got, *ref[name], dtype, red[name], name, f"follow-up call on {device}")
 
+
+
+def check_small_direct_ops(device: str, dtype: torch.dtype = torch.float32) -> None:
+    """One ordinary call (forward and backward) of depthwise_conv2d, filter2d
+    and trilinear_interpolation that must give right results: run after an
+    error to show the device is still usable."""
+    gen = generator(4321)
+    ctx = f"follow-up call on {device}"
+    cfg = ConvConfig(batch=2, in_channels=3, out_channels=6, groups=3, kernel=(3, 5),
+                     stride=(2, 1), padding=(1, 2), dilation=(1, 1), size=(7, 6), bias=True)
+    stride, padding, dilation, _ = cfg.args()
+    x = make_tensor(cfg.input_shape, dtype, device, gen=gen, requires_grad=True)
+    w = make_tensor(cfg.weight_shape, dtype, device, gen=gen, requires_grad=True)
+    b = make_tensor((cfg.out_channels,), dtype, device, gen=gen, requires_grad=True)
+    check_against_reference(
+        lambda input, weight, bias: ops.depthwise_conv2d(input, weight, bias, stride, padding,
+                                                         dilation),
+        dict(input=x, weight=w, bias=b), lambda g: conv2d_reference(cfg, x, w, b, g),
+        conv2d_reductions(cfg), dtype, device, gen, "depthwise_conv2d " + ctx)
+
+    fcfg = FilterConfig(lead=(2,), size=(6, 5), kernel=(3, 5), border="reflect")
+    x = make_tensor(fcfg.input_shape, dtype, device, gen=gen, requires_grad=True)
+    k = make_tensor(fcfg.kernel, dtype, device, gen=gen, requires_grad=True)
+    check_against_reference(
+        lambda input, kernel: ops.filter2d(input, kernel, fcfg.border), dict(input=x, kernel=k),
+        lambda g: filter2d_reference(fcfg, x, k, g), filter2d_reductions(fcfg), dtype, device,
+        gen, "filter2d " + ctx)
+
+    feats = make_tensor((5, 8, 7), dtype, device, gen=gen, requires_grad=True)
+    points = make_tensor((5, 3), dtype, device, gen=gen, requires_grad=True, uniform=(-1, 1))
+    check_against_reference(
+        ops.trilinear_interpolation, dict(feats=feats, points=points),
+        lambda g: trilinear_reference(feats, points, g), trilinear_reductions(7), dtype, device,
+        gen, "trilinear_interpolation " + ctx)

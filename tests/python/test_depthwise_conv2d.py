@@ -1,0 +1,362 @@
+"""customconv::depthwise_conv2d against F.conv2d(..., groups=C): forward and
+the gradients of input, weight and bias, on random and hand-picked
+configurations (kernels up to 31x31, channel multipliers 1-4, stride,
+dilation, padding, non-contiguous tensors, empty batches), for every supported
+device and dtype; its backward ops called directly; deterministic gradients;
+and customconv.nn.DepthwiseConv2d as a drop-in for torch.nn.Conv2d(groups=C)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import customconv
+from testlib import (
+    DEVICE_DTYPES,
+    DEVICES,
+    assert_deterministic,
+    check_against_reference,
+    conv2d_reductions,
+    conv2d_reference,
+    cuda,
+    make_tensor,
+    ops,
+    random_depthwise_config,
+)
+
+# torch.nn.Conv2d and F.conv2d warn about padding="same" with even kernels; so be it.
+pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same'")
+
+N_RANDOM = 30
+
+
+def run_depthwise_case(cfg, device, dtype, gen, ctx, call="ops", need=("x", "w", "b")):
+    """Runs cfg forward and backward; checks every result against F.conv2d."""
+    x = make_tensor(cfg.input_shape, dtype, device, cfg.input_layout, gen, "x" in need)
+    w = make_tensor(cfg.weight_shape, dtype, device, cfg.weight_layout, gen, "w" in need)
+    b = None
+    if cfg.bias:
+        b = make_tensor((cfg.out_channels,), dtype, device, "sliced", gen, "b" in need)
+    stride, padding, dilation, _ = cfg.args()
+
+    def depthwise(input, weight, bias):
+        if call == "ops":
+            return ops.depthwise_conv2d(input, weight, bias, stride, padding, dilation)
+        if call == "ops-kwargs":
+            return ops.depthwise_conv2d(input, weight, bias=bias, stride=stride, padding=padding,
+                                        dilation=dilation)
+        # The functional wrapper: F.conv2d's signature without groups, tuples.
+        return customconv.depthwise_conv2d(input, weight, bias, cfg.stride, cfg.padding,
+                                           cfg.dilation)
+
+    check_against_reference(depthwise, dict(input=x, weight=w, bias=b),
+                            lambda g: conv2d_reference(cfg, x, w, b, g), conv2d_reductions(cfg),
+                            dtype, device, gen, ctx, cfg.grad_layout)
+
+
+@pytest.mark.parametrize("idx", range(N_RANDOM))
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+def test_depthwise_conv2d_matches_torch_on_random_configs(device, dtype, idx, rng, gen, seed):
+    cfg = random_depthwise_config(rng)
+    call = rng.choice(["ops", "ops", "ops-kwargs", "functional"])
+    ctx = f"seed={seed} {device} {dtype} call={call} {cfg}"
+    run_depthwise_case(cfg, device, dtype, gen, ctx, call)
+
+
+EDGE_CASES = {
+    "batch0": dict(batch=0),
+    "batch0_large_kernel": dict(batch=0, kernel=(9, 7)),
+    "batch1": dict(batch=1),
+    "unbatched": dict(batch=None),
+    "unbatched_channels_last": dict(batch=None, input_layout="channels_last"),
+    "multiplier1": dict(multiplier=1, channels=4),
+    "multiplier2": dict(multiplier=2, channels=3),
+    "multiplier3": dict(multiplier=3, channels=2),
+    "multiplier4": dict(multiplier=4, channels=3),
+    "one_channel_multiplier4": dict(channels=1, multiplier=4),
+    "many_channels": dict(channels=40, multiplier=1, batch=2, kernel=(3, 3), size=(9, 11)),
+    "kernel_1x1": dict(kernel=(1, 1)),
+    "kernel_31x31": dict(kernel=(31, 31), padding=(15, 15), dilation=(1, 1), stride=(1, 1),
+                         size=(20, 33)),
+    "kernel_31x31_no_padding": dict(kernel=(31, 31), padding=(0, 0), dilation=(1, 1),
+                                    size=(33, 31), batch=2),
+    "kernel_31x1": dict(kernel=(31, 1), padding=(2, 0), dilation=(1, 1), size=(30, 6)),
+    "kernel_1x31": dict(kernel=(1, 31), padding=(0, 15), dilation=(1, 1), size=(5, 17)),
+    "kernel_3x17": dict(kernel=(3, 17), padding=(1, 8), dilation=(2, 1), stride=(1, 2)),
+    "kernel_17x5_strided": dict(kernel=(17, 5), padding=(8, 2), stride=(3, 2), dilation=(1, 1)),
+    "kernel_2x4_even": dict(kernel=(2, 4), padding=(1, 2)),
+    "kernel_covers_whole_input": dict(kernel=(5, 4), size=(5, 4), padding=(0, 0),
+                                      dilation=(1, 1)),
+    "stride_larger_than_kernel": dict(kernel=(2, 1), stride=(3, 4), padding=(0, 0),
+                                      dilation=(1, 1), size=(10, 9)),
+    "dilation_3x2": dict(kernel=(5, 3), dilation=(3, 2), padding=(2, 1)),
+    "dilated_large_kernel": dict(kernel=(11, 9), dilation=(2, 3), padding=(4, 5)),
+    "padding_larger_than_kernel": dict(kernel=(2, 3), padding=(4, 3), size=(2, 2),
+                                       dilation=(1, 1)),
+    "output_1x1": dict(kernel=(3, 3), stride=(5, 5), padding=(1, 1), dilation=(1, 1),
+                       size=(2, 2)),
+    "no_bias": dict(bias=False),
+    "channels_last_input_and_weight": dict(input_layout="channels_last",
+                                           weight_layout="channels_last", batch=3),
+    "transposed_input": dict(input_layout="transposed", batch=2),
+    "sliced_input_and_grad": dict(input_layout="sliced", grad_layout="sliced", batch=2),
+    "expanded_input_and_grad": dict(input_layout="expanded", grad_layout="expanded", batch=3),
+    "offset_input_weight_grad": dict(input_layout="offset", weight_layout="offset",
+                                     grad_layout="offset", batch=2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGE_CASES))
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+def test_depthwise_conv2d_matches_torch_on_edge_cases(device, dtype, case, rng, gen, seed):
+    cfg = random_depthwise_config(rng, **EDGE_CASES[case])
+    ctx = f"seed={seed} {device} {dtype} case={case} {cfg}"
+    run_depthwise_case(cfg, device, dtype, gen, ctx)
+
+
+@pytest.mark.parametrize("need", [("x",), ("w",), ("b",), ("x", "b"), ("w", "b"), ()])
+@pytest.mark.parametrize("device", DEVICES)
+def test_depthwise_conv2d_gradients_only_of_inputs_that_require_grad(device, need, rng, gen, seed):
+    cfg = random_depthwise_config(rng, bias=True, batch=2)
+    ctx = f"seed={seed} {device} requires_grad={need} {cfg}"
+    run_depthwise_case(cfg, device, torch.float64, gen, ctx, need=need)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_depthwise_backward_ops_called_directly_match_torch(device, rng, gen, seed):
+    cfg = random_depthwise_config(rng, batch=2, multiplier=3, kernel=(3, 4), bias=True)
+    x = make_tensor(cfg.input_shape, torch.float64, device, cfg.input_layout, gen)
+    w = make_tensor(cfg.weight_shape, torch.float64, device, cfg.weight_layout, gen)
+    b = make_tensor((cfg.out_channels,), torch.float64, device, gen=gen)
+    go = make_tensor(cfg.output_shape, torch.float64, device, cfg.grad_layout, gen)
+    stride, padding, dilation, _ = cfg.args()
+    ref = conv2d_reference(cfg, x, w, b, go)
+    got = {
+        "grad_input": ops.depthwise_conv2d_grad_input(go, x, w, stride, padding, dilation),
+        "grad_weight": ops.depthwise_conv2d_grad_weight(go, x, w, stride, padding, dilation),
+        "grad_bias": ops.conv2d_grad_bias(go),
+    }
+    for name, g in got.items():
+        torch.testing.assert_close(g.cpu(), ref[name][0], rtol=1e-10, atol=1e-10,
+                                   msg=lambda m: f"seed={seed} {name} {cfg}: {m}")
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same'")
+@pytest.mark.parametrize("device", DEVICES)
+def test_depthwise_conv2d_accepts_schema_defaults_and_single_int_pairs(device, gen):
+    x = make_tensor((2, 3, 8, 7), torch.float64, device, gen=gen)
+    w = make_tensor((6, 1, 3, 2), torch.float64, device, gen=gen)
+    b = make_tensor((6,), torch.float64, device, gen=gen)
+    xr, wr, br = (t.cpu() for t in (x, w, b))
+
+    def ref(*args, **kwargs):
+        return F.conv2d(xr, wr, *args, groups=3, **kwargs)
+
+    cases = [
+        (ops.depthwise_conv2d(x, w), ref()),
+        (ops.depthwise_conv2d(x, w, b), ref(br)),
+        (ops.depthwise_conv2d(x, w, None, 2), ref(None, 2)),
+        (ops.depthwise_conv2d(x, w, b, [2], [1], [2]), ref(br, 2, 1, 2)),
+        (ops.depthwise_conv2d(x, w, b, padding=[1, 0]), ref(br, padding=(1, 0))),
+        (ops.depthwise_conv2d(x, w, dilation=[2, 1]), ref(dilation=(2, 1))),
+        (customconv.depthwise_conv2d(x, w, b, padding="same", dilation=(2, 1)),
+         ref(br, padding="same", dilation=(2, 1))),
+        (customconv.depthwise_conv2d(x, w, b, 2, "valid"), ref(br, 2, "valid")),
+        (customconv.depthwise_conv2d(x, w, b, (1, 2), (0, 1), 2), ref(br, (1, 2), (0, 1), 2)),
+        (customconv.depthwise_conv2d(x, w, b, 1, 2), ref(br, 1, 2)),
+    ]
+    for i, (got, want) in enumerate(cases):
+        assert got.shape == want.shape, f"case {i}: {tuple(got.shape)} vs {tuple(want.shape)}"
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12, msg=f"case {i}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_depthwise_conv2d_under_inference_mode_and_no_grad_matches_torch(device, gen):
+    x = make_tensor((3, 4, 6, 6), torch.float64, device, "channels_last", gen, True)
+    w = make_tensor((8, 1, 3, 3), torch.float64, device, gen=gen, requires_grad=True)
+    want = F.conv2d(x.detach().cpu(), w.detach().cpu(), None, 1, 1, 1, 4)
+    with torch.no_grad():
+        a = ops.depthwise_conv2d(x, w, None, [1, 1], [1, 1], [1, 1])
+    with torch.inference_mode():
+        b = ops.depthwise_conv2d(x, w, None, [1, 1], [1, 1], [1, 1])
+    for got in (a, b):
+        assert not got.requires_grad
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_depthwise_conv2d_gradients_are_deterministic(device, dtype, gen):
+    if dtype == torch.float16 and device == "cpu":
+        dtype = torch.bfloat16
+    # Large enough for many CUDA blocks per output channel and many channels.
+    x = make_tensor((4, 16, 40, 36), dtype, device, gen=gen, requires_grad=True)
+    w = make_tensor((32, 1, 5, 3), dtype, device, gen=gen, requires_grad=True)
+    b = make_tensor((32,), dtype, device, gen=gen, requires_grad=True)
+    g = make_tensor((4, 32, 20, 36), dtype, device, gen=gen)
+
+    def grads():
+        out = ops.depthwise_conv2d(x, w, b, [2, 1], [2, 1], [1, 1])
+        return (out,) + torch.autograd.grad(out, (x, w, b), g)
+
+    assert_deterministic(grads, f"depthwise_conv2d on {device} in {dtype}")
+
+
+# ---------------------------------------------------------------- customconv.nn.DepthwiseConv2d
+
+# Constructor arguments (in_channels, out_channels, kernel_size, **kwargs) and an input size.
+MODULE_CASES = {
+    "defaults": ((3, 3, 3), {}, (9, 8)),
+    "multiplier2_padding": ((4, 8, 3), dict(padding=1), (7, 7)),
+    "multiplier4_tuple_args": ((2, 8, (3, 2)), dict(stride=(2, 1), padding=(1, 0),
+                                                   dilation=(1, 2)), (9, 10)),
+    "groups_given": ((3, 6, 3), dict(groups=3, padding=2), (6, 5)),
+    "no_bias": ((3, 9, 2), dict(bias=False), (6, 5)),
+    "large_kernel": ((2, 4, (15, 9)), dict(padding=(7, 4)), (12, 10)),
+    "padding_valid": ((3, 6, (2, 3)), dict(padding="valid"), (6, 7)),
+    "padding_same": ((3, 6, 3), dict(padding="same"), (6, 7)),
+    "padding_same_even_dilated": ((2, 4, (4, 2)), dict(padding="same", dilation=(2, 3)), (8, 9)),
+    "reflect": ((3, 6, 3), dict(padding=1, padding_mode="reflect"), (6, 7)),
+    "replicate": ((3, 3, 3), dict(padding=(2, 1), padding_mode="replicate", stride=2), (6, 7)),
+    "circular": ((3, 6, 3), dict(padding=(1, 2), padding_mode="circular"), (6, 7)),
+    "same_reflect": ((3, 3, (3, 5)), dict(padding="same", padding_mode="reflect"), (6, 7)),
+    "same_circular": ((2, 6, 3), dict(padding="same", padding_mode="circular", dilation=2,
+                                       bias=False), (7, 7)),
+}
+
+
+def module_pair(case, device, dtype=torch.float64):
+    args, kwargs, _ = MODULE_CASES[case]
+    theirs_kwargs = dict(kwargs, groups=args[0])
+    theirs = torch.nn.Conv2d(*args, **theirs_kwargs).to(device, dtype)
+    ours = customconv.nn.DepthwiseConv2d(*args, **kwargs).to(device, dtype)
+    ours.load_state_dict(theirs.state_dict())
+    return ours, theirs
+
+
+
+@pytest.mark.parametrize("case", sorted(MODULE_CASES))
+def test_nn_depthwise_conv2d_has_the_parameters_and_state_dict_of_torch_nn_conv2d(case):
+    args, kwargs, _ = MODULE_CASES[case]
+    theirs = torch.nn.Conv2d(*args, **dict(kwargs, groups=args[0]))
+    ours = customconv.nn.DepthwiseConv2d(*args, **kwargs)
+    assert isinstance(ours, torch.nn.Conv2d)
+    assert ours.groups == args[0]
+    assert [(n, p.shape) for n, p in ours.named_parameters()] == \
+        [(n, p.shape) for n, p in theirs.named_parameters()]
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert ours.extra_repr() == theirs.extra_repr()
+    result = ours.load_state_dict(theirs.state_dict(), strict=True)
+    assert not result.missing_keys and not result.unexpected_keys
+    for name, p in theirs.state_dict().items():
+        assert torch.equal(ours.state_dict()[name], p), name
+    # ... and the other way round, values included.
+    other = customconv.nn.DepthwiseConv2d(*args, **kwargs)
+    theirs.load_state_dict(other.state_dict(), strict=True)
+    for name, p in other.state_dict().items():
+        assert torch.equal(theirs.state_dict()[name], p), name
+
+
+@pytest.mark.parametrize("case", sorted(MODULE_CASES))
+@pytest.mark.parametrize("device", DEVICES)
+def test_nn_depthwise_conv2d_outputs_and_gradients_match_torch_nn_conv2d(device, case, gen, seed):
+    ours, theirs = module_pair(case, device)
+    size = MODULE_CASES[case][2]
+    x = make_tensor((2, ours.in_channels) + size, torch.float64, device, gen=gen, requires_grad=True)
+    out, ref = ours(x), theirs(x)
+    ctx = f"seed={seed} case={case} device={device}"
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10, msg=lambda m: f"{ctx}: output: {m}")
+    grad = make_tensor(ref.shape, torch.float64, device, "transposed", gen)
+    names = ["input"] + [n for n, _ in ours.named_parameters()]
+    g_ours = torch.autograd.grad(out, [x] + list(ours.parameters()), grad)
+    g_theirs = torch.autograd.grad(ref, [x] + list(theirs.parameters()), grad)
+    for name, a, b in zip(names, g_ours, g_theirs):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10,
+                                   msg=lambda m: f"{ctx}: grad of {name}: {m}")
+
+
+@pytest.mark.parametrize("case", ["multiplier4_tuple_args", "reflect", "same_circular"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_nn_depthwise_conv2d_in_float32_matches_torch_nn_conv2d_in_float64(device, case, gen, seed):
+    ours, theirs = module_pair(case, device, torch.float32)
+    theirs = theirs.double()
+    size = MODULE_CASES[case][2]
+    x = make_tensor((3, ours.in_channels) + size, torch.float32, device, gen=gen, requires_grad=True)
+    x64 = x.detach().double().requires_grad_()
+    out, ref = ours(x), theirs(x64)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    grad = make_tensor(ref.shape, torch.float32, device, gen=gen)
+    g_ours = torch.autograd.grad(out, [x] + list(ours.parameters()), grad)
+    g_ref = torch.autograd.grad(ref, [x64] + list(theirs.parameters()), grad.double())
+    for a, b in zip(g_ours, g_ref):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4,
+                                   msg=lambda m: f"seed={seed}: {m}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nn_depthwise_conv2d_accepts_unbatched_input_like_torch_nn_conv2d(device, gen):
+    ours, theirs = module_pair("replicate", device)
+    x = make_tensor((3, 6, 7), torch.float64, device, gen=gen)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-10, atol=1e-10)
+
+
+def test_nn_depthwise_conv2d_refuses_what_is_not_depthwise():
+    with pytest.raises(ValueError, match=r"DepthwiseConv2d: groups must equal in_channels \(3\)"):
+        customconv.nn.DepthwiseConv2d(3, 6, 3, groups=1)
+    with pytest.raises(ValueError, match=r"out_channels \(5\) must be a multiple of in_channels \(3\)"):
+        customconv.nn.DepthwiseConv2d(3, 5, 3)
+    # ... and what torch.nn.Conv2d refuses.
+    with pytest.raises(ValueError, match="padding='same'"):
+        customconv.nn.DepthwiseConv2d(3, 3, 3, stride=2, padding="same")
+    with pytest.raises(ValueError, match="padding_mode"):
+        customconv.nn.DepthwiseConv2d(3, 3, 3, padding_mode="mirror")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nn_depthwise_conv2d_trains_like_torch_nn_conv2d(device, gen):
+    ours, theirs = module_pair("multiplier2_padding", device)
+    opt_a = torch.optim.SGD(ours.parameters(), lr=0.05, momentum=0.9)
+    opt_b = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(3):
+        x = make_tensor((4, 4, 7, 6), torch.float64, device, gen=gen)
+        target = make_tensor((4, 8, 7, 6), torch.float64, device, gen=gen)
+        for m, opt in ((ours, opt_a), (theirs, opt_b)):
+            opt.zero_grad()
+            F.mse_loss(m(x), target).backward()
+            opt.step()
+    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=lambda m: f"{name}: {m}")
+
+
+@cuda
+def test_depthwise_conv2d_captures_into_a_cuda_graph_and_replays_with_new_inputs(gen):
+    dt = torch.float64
+    x = make_tensor((2, 3, 9, 8), dt, "cuda", gen=gen)
+    w = make_tensor((6, 1, 3, 2), dt, "cuda", gen=gen)
+    b = make_tensor((6,), dt, "cuda", gen=gen)
+    go = make_tensor((2, 6, 5, 6), dt, "cuda", gen=gen)
+    args = ([2, 1], [1, 0], [1, 2])
+
+    def step(x, go):
+        return (ops.depthwise_conv2d(x, w, b, *args),
+                ops.depthwise_conv2d_grad_input(go, x, w, *args),
+                ops.depthwise_conv2d_grad_weight(go, x, w, *args))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(x, go)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        results = step(x, go)
+    x.copy_(make_tensor(x.shape, dt, "cuda", gen=gen))
+    go.copy_(make_tensor(go.shape, dt, "cuda", gen=gen))
+    graph.replay()
+    torch.cuda.synchronize()
+    xr, wr, br = (t.cpu().requires_grad_() for t in (x, w, b))
+    ref = F.conv2d(xr, wr, br, (2, 1), (1, 0), (1, 2), 3)
+    gx, gw = torch.autograd.grad(ref, (xr, wr), go.cpu())
+    for i, (got, want) in enumerate(zip(results, (ref.detach(), gx, gw))):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10,
+                                   msg=lambda m: f"result {i}: {m}")
