@@ -27,14 +27,23 @@ step() {  # step NAME COMMAND...: runs COMMAND with output in OUT/NAME.log, prin
 step configure cmake -S . -B "$BUILD" -G Ninja -DCUSTOMCONV_CUDA=ON \
   -DCUSTOMCONV_CUDA_ARCHS="${CUDA_ARCHS:-90}" -DCUSTOMCONV_PYTHON="$PY" || exit 1
 step build cmake --build "$BUILD" -j "$(nproc)" || { tail -40 "$OUT/build.log"; exit 1; }
-# The pytest files run once, directly, so their pass/skip counts show; ctest runs the rest.
+# The pytest files run once, directly and one process per file (so their
+# pass/skip counts show and a crash loses one file only); ctest runs the rest.
 step ctest ctest --test-dir "$BUILD" -j 4 -E '^python\.' --output-on-failure
-step pytest env PYTHONPATH="$PWD/python_stub" CUSTOMCONV_LIBRARY="$PWD/$BUILD/libcustomconv.so" \
-  "$PY" -m pytest -q -rs -p no:cacheprovider tests/python
+run_pytest() {
+  local rc=0 f
+  for f in tests/python/test_*.py; do
+    echo "==== $f"
+    env PYTHONPATH="$PWD/python_stub" CUSTOMCONV_LIBRARY="$PWD/$BUILD/libcustomconv.so" \
+      "$PY" -X faulthandler -m pytest -q -rs -p no:cacheprovider "$f" || rc=$?
+  done
+  return $rc
+}
+step pytest run_pytest
 
 echo "---- failed or skipped tests" >> "$OUT/summary.txt"
 grep -E "\*\*\*Failed|Not Run|\*\*\*Skipped|Exception" "$OUT/ctest.log" >> "$OUT/summary.txt"
 grep -E "tests passed|Total Test time" "$OUT/ctest.log" >> "$OUT/summary.txt"
-grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | head -40 >> "$OUT/summary.txt"
-tail -1 "$OUT/pytest.log" >> "$OUT/summary.txt"
+grep -E "^FAILED|^ERROR|Fatal Python|Segmentation" "$OUT/pytest.log" | head -40 >> "$OUT/summary.txt"
+grep -E "^==== |passed|failed" "$OUT/pytest.log" | grep -v "^FAILED" >> "$OUT/summary.txt"
 cat "$OUT/summary.txt"
