@@ -1,8 +1,9 @@
 #include "ops/columns/column_ops.h"
 
-#include <ATen/ATen.h>
-
 #include "ops/common/conv_shapes.h"
+#include "ops/common/launch.h"
+
+#include <ATen/ATen.h>
 
 namespace customconv {
 
@@ -16,7 +17,7 @@ at::Tensor im2col_impl(const ColumnKernels& kernels, const at::Tensor& input,
     const at::Tensor images = input.reshape({s.in.n, s.in.c, s.in.h, s.in.w}).contiguous();
     kernels.im2col(images, out, s.win, s.oh, s.ow, ColumnLayout{rows * length, length});
   }
-  return s.in.batched ? out : out.squeeze(0);
+  return unbatch(out, s.in.batched);
 }
 
 at::Tensor col2im_impl(const ColumnKernels& kernels, const at::Tensor& columns,
@@ -31,7 +32,7 @@ at::Tensor col2im_impl(const ColumnKernels& kernels, const at::Tensor& columns,
     const at::Tensor cols = columns.reshape({s.in.n, rows, length}).contiguous();
     kernels.col2im(cols, out, s.win, s.oh, s.ow, ColumnLayout{rows * length, length});
   }
-  return s.in.batched ? out : out.squeeze(0);
+  return unbatch(out, s.in.batched);
 }
 
 }  // namespace customconv

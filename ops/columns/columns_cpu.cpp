@@ -1,11 +1,12 @@
+#include "ops/columns/column_kernels.h"
+
+#include "ops/common/launch.h"
+
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <vector>
-
-#include "ops/columns/column_kernels.h"
 
 namespace customconv {
 namespace {
@@ -16,7 +17,7 @@ template <typename T>
 void im2col_planes(const T* in, T* col, int64_t n, int64_t c, int64_t h, int64_t w,
                    const Window2d& k, int64_t oh, int64_t ow, ColumnLayout lay) {
   const int64_t taps = k.kh * k.kw;
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, taps * oh * ow));
+  const int64_t grain = grain_for(taps * oh * ow);
   at::parallel_for(0, n * c, grain, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t b = p / c, ch = p % c;
@@ -53,7 +54,7 @@ void col2im_planes(const T* col, T* out, int64_t n, int64_t c, int64_t h, int64_
                    const Window2d& k, int64_t oh, int64_t ow, ColumnLayout lay) {
   using acc_t = at::opmath_type<T>;
   const int64_t taps = k.kh * k.kw;
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, taps * oh * ow));
+  const int64_t grain = grain_for(taps * oh * ow);
   at::parallel_for(0, n * c, grain, [&](int64_t begin, int64_t end) {
     std::vector<acc_t> acc(static_cast<size_t>(h * w));
     for (int64_t p = begin; p < end; ++p) {

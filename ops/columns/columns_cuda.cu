@@ -1,23 +1,18 @@
+#include "ops/columns/column_kernels.h"
+
+#include "ops/common/launch.h"
+
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <algorithm>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
-
-#include <algorithm>
-
-#include "ops/columns/column_kernels.h"
 
 namespace customconv {
 namespace {
 
 constexpr int kThreads = 256;
-
-int64_t grid_for(int64_t work) {
-  // Grid-stride loops below cover any remainder beyond this many blocks.
-  const int64_t blocks = (work + kThreads - 1) / kThreads;
-  return std::min<int64_t>(std::max<int64_t>(blocks, 1), int64_t{1} << 20);
-}
 
 // One thread per (image, channel, y, x) of the window grid; it writes the
 // kh*kw column entries of that window position. Neighbouring threads take
@@ -92,7 +87,7 @@ void im2col_cuda(const at::Tensor& images, const at::Tensor& columns, const Wind
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, images.scalar_type(), "im2col_cuda", [&] {
-        im2col_kernel<scalar_t><<<grid_for(total), kThreads, 0, stream>>>(
+        im2col_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
             images.const_data_ptr<scalar_t>(), columns.data_ptr<scalar_t>(), total, images.size(1),
             images.size(2), images.size(3), win, oh, ow, layout);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -107,7 +102,7 @@ void col2im_cuda(const at::Tensor& columns, const at::Tensor& images, const Wind
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, images.scalar_type(), "col2im_cuda", [&] {
-        col2im_kernel<scalar_t><<<grid_for(total), kThreads, 0, stream>>>(
+        col2im_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
             columns.const_data_ptr<scalar_t>(), images.data_ptr<scalar_t>(), total, images.size(1),
             images.size(2), images.size(3), win, oh, ow, layout);
         C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -1,7 +1,6 @@
 #include "ops/common/tensor_checks.h"
 
 #include <c10/util/Exception.h>
-
 #include <sstream>
 
 namespace customconv {

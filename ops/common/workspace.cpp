@@ -1,9 +1,8 @@
 #include "ops/common/workspace.h"
 
-#include <c10/util/Exception.h>
-
 #include <algorithm>
 #include <atomic>
+#include <c10/util/Exception.h>
 #include <cstdlib>
 #include <string>
 

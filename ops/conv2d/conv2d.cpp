@@ -1,9 +1,10 @@
 #include "ops/conv2d/conv2d.h"
 
-#include <ATen/ATen.h>
-
 #include "ops/common/conv_shapes.h"
+#include "ops/common/launch.h"
 #include "ops/common/workspace.h"
+
+#include <ATen/ATen.h>
 
 namespace customconv {
 namespace {
@@ -22,10 +23,6 @@ Plan make_plan(const Conv2dShape<int64_t>& s, const at::Tensor& input) {
                   static_cast<int64_t>(input.element_size()));
   p.chunk = images_per_chunk(s.in.n, per_image);
   return p;
-}
-
-at::Tensor as_batch(const at::Tensor& t, bool batched) {
-  return (batched ? t : t.unsqueeze(0)).contiguous();
 }
 
 // The first nc images' worth of the column buffer, viewed (groups, rows_g, nc*L).
@@ -55,11 +52,11 @@ at::Tensor conv2d_impl(const ColumnKernels& kernels, const at::Tensor& input_arg
   const Plan p = make_plan(s, input_arg);
   at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow}, input_arg.options());
   const bool has_bias = bias.has_value() && bias->defined();
-  if (out.numel() == 0) return s.in.batched ? out : out.squeeze(0);
+  if (out.numel() == 0) return unbatch(out, s.in.batched);
   if (p.rows_g == 0) {  // no input channels: the output is the bias alone
     out.zero_();
     if (has_bias) out.add_(bias->view({1, s.k, 1, 1}));
-    return s.in.batched ? out : out.squeeze(0);
+    return unbatch(out, s.in.batched);
   }
 
   const at::Tensor input = as_batch(input_arg, s.in.batched);
@@ -87,7 +84,7 @@ at::Tensor conv2d_impl(const ColumnKernels& kernels, const at::Tensor& input_arg
         .permute({1, 2, 0, 3})
         .copy_(res.view({p.g, p.kg, nc, p.length}));
   }
-  return s.in.batched ? out : out.squeeze(0);
+  return unbatch(out, s.in.batched);
 }
 
 at::Tensor conv2d_grad_input_impl(const ColumnKernels& kernels, const at::Tensor& grad_output,
@@ -99,8 +96,8 @@ at::Tensor conv2d_grad_input_impl(const ColumnKernels& kernels, const at::Tensor
                                                 padding, dilation, groups);
   const Plan p = make_plan(s, input_arg);
   at::Tensor gi = at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, input_arg.options());
-  if (gi.numel() == 0) return s.in.batched ? gi : gi.squeeze(0);
-  if (s.k == 0) return (s.in.batched ? gi : gi.squeeze(0)).zero_();
+  if (gi.numel() == 0) return unbatch(gi, s.in.batched);
+  if (s.k == 0) return unbatch(gi, s.in.batched).zero_();
 
   const at::Tensor go = as_batch(grad_output, s.in.batched);
   const at::Tensor wt = weight_arg.contiguous().view({p.g, p.kg, p.rows_g}).transpose(1, 2);
@@ -111,7 +108,7 @@ at::Tensor conv2d_grad_input_impl(const ColumnKernels& kernels, const at::Tensor
     at::bmm_out(cols, wt, grad_chunk(go, p, n0, nc));
     kernels.col2im(cols, gi.narrow(0, n0, nc), s.win, s.oh, s.ow, chunk_layout(p, nc));
   }
-  return s.in.batched ? gi : gi.squeeze(0);
+  return unbatch(gi, s.in.batched);
 }
 
 at::Tensor conv2d_grad_weight_impl(const ColumnKernels& kernels, const at::Tensor& grad_output,

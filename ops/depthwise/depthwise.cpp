@@ -1,20 +1,11 @@
 #include "ops/depthwise/depthwise.h"
 
+#include "ops/common/conv_shapes.h"
+#include "ops/common/launch.h"
+
 #include <ATen/ATen.h>
 
-#include "ops/common/conv_shapes.h"
-
 namespace customconv {
-namespace {
-
-at::Tensor as_batch(const at::Tensor& t, bool batched) {
-  return (batched ? t : t.unsqueeze(0)).contiguous();
-}
-
-at::Tensor unbatch(const at::Tensor& t, bool batched) { return batched ? t : t.squeeze(0); }
-
-}  // namespace
-
 at::Tensor depthwise_conv2d_impl(const DepthwiseKernels& kernels, const at::Tensor& input,
                                  const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                                  c10::IntArrayRef stride, c10::IntArrayRef padding,

@@ -1,11 +1,12 @@
+#include "ops/depthwise/depthwise.h"
+
+#include "ops/common/launch.h"
+
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <vector>
-
-#include "ops/depthwise/depthwise.h"
 
 namespace customconv {
 namespace {
@@ -24,10 +25,6 @@ XRange valid_x(int64_t offset, int64_t stride, int64_t w, int64_t ow) {
   const int64_t lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
   const int64_t hi = w - 1 - offset >= 0 ? std::min(ow, (w - 1 - offset) / stride + 1) : 0;
   return {lo, std::max(lo, hi)};
-}
-
-int64_t grain_for(int64_t work_per_item) {
-  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work_per_item));
 }
 
 // Work split: one task per output plane (image, output channel); each output

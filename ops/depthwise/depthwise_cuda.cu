@@ -1,22 +1,18 @@
+#include "ops/depthwise/depthwise.h"
+
+#include "ops/common/launch.h"
+
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <algorithm>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
-
-#include <algorithm>
-
-#include "ops/depthwise/depthwise.h"
 
 namespace customconv {
 namespace {
 
 constexpr int kThreads = 256;
-
-int64_t blocks_for(int64_t work) {
-  return std::min<int64_t>(std::max<int64_t>((work + kThreads - 1) / kThreads, 1),
-                           int64_t{1} << 20);
-}
 
 struct Dims {
   int64_t n, c, h, w, mult, oh, ow;
@@ -141,7 +137,7 @@ void forward_cuda(const at::Tensor& input, const at::Tensor& weight, const at::T
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cuda", [&] {
-        forward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
+        forward_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
             input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
             bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, output.data_ptr<scalar_t>(),
             total, dims_of(input, output, mult), win);
@@ -157,7 +153,7 @@ void grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& weight,
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cuda", [&] {
-        grad_input_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
+        grad_input_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
             grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
             grad_input.data_ptr<scalar_t>(), total, dims_of(grad_input, grad_output, mult), win);
         C10_CUDA_KERNEL_LAUNCH_CHECK();

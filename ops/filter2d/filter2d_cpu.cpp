@@ -1,13 +1,14 @@
+#include "ops/filter2d/adjoint.h"
+
+#include "ops/common/launch.h"
+#include "ops/filter2d/border.h"
+#include "ops/filter2d/filter2d.h"
+
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <vector>
-
-#include "ops/filter2d/adjoint.h"
-#include "ops/filter2d/border.h"
-#include "ops/filter2d/filter2d.h"
 
 namespace customconv {
 namespace {
@@ -17,10 +18,6 @@ std::vector<int64_t> border_map(int64_t n, int64_t pad, Border mode) {
   std::vector<int64_t> map(static_cast<size_t>(n + 2 * pad));
   for (int64_t t = 0; t < n + 2 * pad; ++t) map[t] = border_index(t - pad, n, mode);
   return map;
-}
-
-int64_t grain_for(int64_t work_per_item) {
-  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work_per_item));
 }
 
 // Work split: one task per output row of any plane. The row is accumulated in

@@ -1,15 +1,16 @@
+#include "ops/filter2d/adjoint.h"
+
+#include "ops/common/launch.h"
+#include "ops/filter2d/border.h"
+#include "ops/filter2d/filter2d.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <algorithm>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
-
-#include <algorithm>
-
-#include "ops/filter2d/adjoint.h"
-#include "ops/filter2d/border.h"
-#include "ops/filter2d/filter2d.h"
 
 namespace customconv {
 namespace {
@@ -18,11 +19,6 @@ constexpr int kThreads = 256;
 constexpr int kTileW = 32, kTileH = 16;   // outputs per block of the tiled kernel
 constexpr int kBlockX = 32, kBlockY = 8;  // its threads
 constexpr int64_t kMaxSharedBytes = 48 * 1024;
-
-int64_t blocks_for(int64_t work) {
-  return std::min<int64_t>(std::max<int64_t>((work + kThreads - 1) / kThreads, 1),
-                           int64_t{1} << 20);
-}
 
 // Tiled forward. Block (32, 8) computes a 32 x 16 tile of outputs of one plane
 // (grid z strides over planes): the block stages the taps and the tile with its
@@ -183,7 +179,7 @@ void forward_cuda(const at::Tensor& planes, const at::Tensor& kernel, const at::
               out.data_ptr<scalar_t>(), n, h, w, s);
         } else {
           const int64_t total = out.numel();
-          forward_direct_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
+          forward_direct_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
               planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
               out.data_ptr<scalar_t>(), total, h, w, s);
         }
@@ -198,7 +194,7 @@ void grad_input_cuda(const at::Tensor& grad_out, const at::Tensor& kernel,
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, grad_out.scalar_type(), "filter2d_grad_input_cuda", [&] {
-        grad_input_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
+        grad_input_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
             grad_out.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
             grad_in.data_ptr<scalar_t>(), total, grad_out.size(1), grad_out.size(2), s);
         C10_CUDA_KERNEL_LAUNCH_CHECK();

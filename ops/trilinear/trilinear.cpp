@@ -1,8 +1,8 @@
 #include "ops/trilinear/trilinear.h"
 
-#include <ATen/ATen.h>
-
 #include "ops/common/trilinear_shapes.h"
+
+#include <ATen/ATen.h>
 
 namespace customconv {
 

@@ -1,18 +1,15 @@
+#include "ops/trilinear/corner_weights.h"
+
+#include "ops/common/launch.h"
+#include "ops/trilinear/trilinear.h"
+
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
-
 #include <algorithm>
-
-#include "ops/trilinear/corner_weights.h"
-#include "ops/trilinear/trilinear.h"
 
 namespace customconv {
 namespace {
-
-int64_t grain_for(int64_t work_per_item) {
-  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work_per_item));
-}
 
 // Work split: one task per point; the 8 corner rows are blended along F
 // (unit stride, vectorizable).

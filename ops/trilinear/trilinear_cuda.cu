@@ -1,24 +1,20 @@
+#include "ops/trilinear/corner_weights.h"
+
+#include "ops/common/launch.h"
+#include "ops/trilinear/trilinear.h"
+
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <algorithm>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
-
-#include <algorithm>
-
-#include "ops/trilinear/corner_weights.h"
-#include "ops/trilinear/trilinear.h"
 
 namespace customconv {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarp = 32;
-
-int64_t blocks_for(int64_t work, int64_t per_block) {
-  return std::min<int64_t>(std::max<int64_t>((work + per_block - 1) / per_block, 1),
-                           int64_t{1} << 20);
-}
 
 // One thread per output element (point, feature), neighbouring threads on
 // neighbouring features: each corner row is read coalesced along F.
