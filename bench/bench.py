@@ -1,0 +1,344 @@
+"""Times customconv's ops against the fastest thing PyTorch offers for the same job.
+
+    python3 bench/bench.py --device cuda|cpu [--ops depthwise,filter2d,trilinear,conv2d]
+                           [--dtypes float32,float16,bfloat16] [--quick] [--out bench/results]
+
+For each case it measures, in the same run, our op and its baselines, forward and
+forward+backward, as the median of many repetitions (CUDA events on the GPU, with
+the L2 cache flushed before each repetition so it does not flatter; perf_counter
+on the CPU). It also measures the device-to-device copy rate and reports each
+forward of a memory-bound op as a percentage of it (bytes read + written).
+
+Writes <out>/<device>.json (one record per case), <out>/<device>.md (a table)
+and <out>/<device>.png (speedups, when matplotlib is present), and prints the
+table last.
+"""
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python_stub"))
+import customconv  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "float64": torch.float64}
+
+
+@dataclass
+class Record:
+    op: str
+    shape: str
+    dtype: str
+    pass_: str  # "fwd" or "fwd+bwd"
+    ours_ms: float
+    baseline: str
+    baseline_ms: float
+    speedup: float
+    pct_copy_bw: Optional[float]  # forward of memory-bound ops only
+
+
+class Timer:
+    """Median time of a callable on one device."""
+
+    def __init__(self, device: str, reps: int, warmup: int):
+        self.device, self.reps, self.warmup = device, reps, warmup
+        self.flush = None
+        if device == "cuda":
+            l2 = torch.cuda.get_device_properties(0).L2_cache_size
+            self.flush = torch.empty(max(4 * l2, 64 << 20), dtype=torch.uint8, device="cuda")
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        for _ in range(self.warmup):
+            fn()
+        if self.device != "cuda":
+            times = []
+            for _ in range(self.reps):
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e3)
+            return statistics.median(times)
+        torch.cuda.synchronize()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(self.reps)]
+        for start, end in events:
+            self.flush.zero_()  # evicts the inputs from L2
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in events)
+
+
+def copy_bandwidth(device: str, timer: Timer) -> float:
+    """Device-to-device copy rate in GB/s, bytes read + written."""
+    n = (1 << 30) if device == "cuda" else (256 << 20)
+    src = torch.empty(n, dtype=torch.uint8, device=device).fill_(1)
+    dst = torch.empty_like(src)
+    ms = timer(lambda: dst.copy_(src))
+    return 2 * n / (ms * 1e-3) / 1e9
+
+
+def fwd_bwd(fn: Callable[..., torch.Tensor], inputs: Sequence[torch.Tensor]) -> Callable[[], None]:
+    """A callable running fn forward and backward (gradients for every input that needs one)."""
+    grad_out = {}
+
+    def run():
+        out = fn(*inputs)
+        if "g" not in grad_out:
+            grad_out["g"] = torch.randn_like(out)
+        out.backward(grad_out["g"])
+        for t in inputs:
+            t.grad = None
+
+    return run
+
+
+def nbytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+# ---------------------------------------------------------------- cases
+
+def depthwise_cases(quick: bool) -> List[Tuple[str, Tuple[int, int, int, int], int, int]]:
+    # (model, (N, C, H, W), kernel, stride): MobileNetV2, EfficientNet, ConvNeXt, RepLKNet layers.
+    cases = [
+        ("MobileNetV2", (32, 96, 112, 112), 3, 1),
+        ("MobileNetV2", (32, 144, 56, 56), 3, 2),
+        ("MobileNetV2", (32, 384, 14, 14), 3, 1),
+        ("EfficientNet", (32, 240, 28, 28), 5, 1),
+        ("EfficientNet", (32, 480, 14, 14), 5, 2),
+        ("ConvNeXt", (32, 96, 56, 56), 7, 1),
+        ("ConvNeXt", (32, 384, 14, 14), 7, 1),
+        ("RepLKNet", (32, 128, 56, 56), 13, 1),
+        ("RepLKNet", (32, 256, 28, 28), 31, 1),
+    ]
+    return cases[::3] if quick else cases
+
+
+def bench_depthwise(device, dtype, timer, copy_bw, quick) -> List[Record]:
+    records = []
+    for model, (n, c, h, w), k, s in depthwise_cases(quick):
+        if device == "cpu":
+            n = max(1, n // 16)
+        x = torch.randn(n, c, h, w, device=device, dtype=dtype)
+        wt = torch.randn(c, 1, k, k, device=device, dtype=dtype)
+        b = torch.randn(c, device=device, dtype=dtype)
+        pad = k // 2
+        shape = f"{model} N{n} C{c} {h}x{w} k{k} s{s}"
+        ours = lambda x, wt, b: customconv.depthwise_conv2d(x, wt, b, s, pad)
+        torch_conv = lambda x, wt, b: F.conv2d(x, wt, b, s, pad, 1, c)
+        xcl = x.contiguous(memory_format=torch.channels_last)
+        wcl = wt.contiguous(memory_format=torch.channels_last)
+        out_bytes = nbytes(ours(x, wt, b))
+        t_ours = timer(lambda: ours(x, wt, b))
+        for name, fn, args in (("F.conv2d NCHW", torch_conv, (x, wt, b)),
+                               ("F.conv2d channels_last", torch_conv, (xcl, wcl, b))):
+            t_base = timer(lambda: fn(*args))
+            pct = 100 * (nbytes(x, wt) + out_bytes) / (t_ours * 1e-3) / 1e9 / copy_bw
+            records.append(Record("depthwise_conv2d", shape, str(dtype)[6:], "fwd", t_ours, name,
+                                  t_base, t_base / t_ours, pct))
+        args = [t.clone().requires_grad_() for t in (x, wt, b)]
+        t_ours_b = timer(fwd_bwd(ours, args))
+        for name, a in (("F.conv2d NCHW", args),
+                        ("F.conv2d channels_last",
+                         [t.detach().clone().requires_grad_() for t in (xcl, wcl, b)])):
+            t_base_b = timer(fwd_bwd(torch_conv, a))
+            records.append(Record("depthwise_conv2d", shape, str(dtype)[6:], "fwd+bwd", t_ours_b,
+                                  name, t_base_b, t_base_b / t_ours_b, None))
+    return records
+
+
+def bench_filter2d(device, dtype, timer, copy_bw, quick) -> List[Record]:
+    records = []
+    shapes = [(4096, 4096), (16, 3, 1024, 1024)] if device == "cuda" else [(1024, 1024), (2, 3, 512, 512)]
+    kernels = [3, 7] if quick else [3, 5, 7, 15, 31]
+    for shape in shapes:
+        for k in kernels:
+            x = torch.randn(*shape, device=device, dtype=dtype)
+            kern = torch.randn(k, k, device=device, dtype=dtype)
+            ours = lambda x, kern: customconv.filter2d(x, kern, "zeros")
+
+            def torch_filter(x, kern):
+                planes = x.reshape(-1, 1, x.shape[-2], x.shape[-1])
+                return F.conv2d(planes, kern[None, None], None, 1, k // 2).reshape(x.shape)
+
+            name = f"{'x'.join(map(str, shape))} k{k}"
+            t_ours = timer(lambda: ours(x, kern))
+            t_base = timer(lambda: torch_filter(x, kern))
+            pct = 100 * 2 * nbytes(x) / (t_ours * 1e-3) / 1e9 / copy_bw
+            records.append(Record("filter2d", name, str(dtype)[6:], "fwd", t_ours,
+                                  "F.conv2d on planes", t_base, t_base / t_ours, pct))
+            args = [x.clone().requires_grad_(), kern.clone().requires_grad_()]
+            t_ours_b = timer(fwd_bwd(ours, args))
+            t_base_b = timer(fwd_bwd(torch_filter, args))
+            records.append(Record("filter2d", name, str(dtype)[6:], "fwd+bwd", t_ours_b,
+                                  "F.conv2d on planes", t_base_b, t_base_b / t_ours_b, None))
+    return records
+
+
+def trilinear_composite(feats: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
+    """Seed 004's formula as a composite of PyTorch ops."""
+    u, v, w = ((points + 1) / 2).unbind(1)
+    out = 0
+    for i in (0, 1):
+        for j in (0, 1):
+            for k in (0, 1):
+                wt = (u if i else 1 - u) * (v if j else 1 - v) * (w if k else 1 - w)
+                out = out + wt[:, None] * feats[:, 4 * i + 2 * j + k]
+    return out
+
+
+def bench_trilinear(device, dtype, timer, copy_bw, quick) -> List[Record]:
+    records = []
+    sizes = [(65536, 256)] if quick else [(65536, 256), (1 << 20, 32), (4096, 2048), (65536, 255)]
+    compiled = torch.compile(trilinear_composite) if device == "cuda" else None
+    for n, f in sizes:
+        feats = torch.randn(n, 8, f, device=device, dtype=dtype)
+        points = torch.rand(n, 3, device=device, dtype=dtype) * 2 - 1
+        ours = customconv.trilinear_interpolation
+        name = f"N{n} F{f}"
+        t_ours = timer(lambda: ours(feats, points))
+        baselines = [("seed composite eager", trilinear_composite)]
+        if compiled is not None:
+            baselines.append(("seed composite compiled", compiled))
+        pct = 100 * (nbytes(feats, points) + n * f * feats.element_size()) / (t_ours * 1e-3) / 1e9 / copy_bw
+        args = [feats.clone().requires_grad_(), points.clone().requires_grad_()]
+        t_ours_b = timer(fwd_bwd(ours, args))
+        for bname, fn in baselines:
+            t_base = timer(lambda: fn(feats, points))
+            records.append(Record("trilinear_interpolation", name, str(dtype)[6:], "fwd", t_ours,
+                                  bname, t_base, t_base / t_ours, pct))
+            t_base_b = timer(fwd_bwd(fn, args))
+            records.append(Record("trilinear_interpolation", name, str(dtype)[6:], "fwd+bwd",
+                                  t_ours_b, bname, t_base_b, t_base_b / t_ours_b, None))
+    return records
+
+
+def bench_conv2d(device, dtype, timer, copy_bw, quick) -> List[Record]:
+    # ResNet-50 layers, batch 32: (C, H, K, kernel, stride)
+    layers = [(3, 224, 64, 7, 2), (64, 56, 64, 1, 1), (64, 56, 64, 3, 1), (64, 56, 256, 1, 1),
+              (128, 56, 128, 3, 2), (128, 28, 128, 3, 1), (256, 28, 256, 3, 2),
+              (256, 14, 256, 3, 1), (512, 7, 512, 3, 1), (1024, 14, 2048, 1, 2)]
+    if quick:
+        layers = layers[1:4]
+    records = []
+    n = 32 if device == "cuda" else 2
+    for c, h, k, ks, s in layers:
+        x = torch.randn(n, c, h, h, device=device, dtype=dtype)
+        w = torch.randn(k, c, ks, ks, device=device, dtype=dtype)
+        pad = ks // 2
+        ours = lambda x, w: customconv.conv2d(x, w, None, s, pad)
+        ref = lambda x, w: F.conv2d(x, w, None, s, pad)
+        name = f"N{n} C{c} {h}x{h} K{k} k{ks} s{s}"
+        t_ours, t_base = timer(lambda: ours(x, w)), timer(lambda: ref(x, w))
+        records.append(Record("conv2d", name, str(dtype)[6:], "fwd", t_ours, "F.conv2d", t_base,
+                              t_base / t_ours, None))
+        args = [x.clone().requires_grad_(), w.clone().requires_grad_()]
+        t_ours_b, t_base_b = timer(fwd_bwd(ours, args)), timer(fwd_bwd(ref, args))
+        records.append(Record("conv2d", name, str(dtype)[6:], "fwd+bwd", t_ours_b, "F.conv2d",
+                              t_base_b, t_base_b / t_ours_b, None))
+    return records
+
+
+BENCHES: Dict[str, Callable] = {
+    "depthwise": bench_depthwise,
+    "filter2d": bench_filter2d,
+    "trilinear": bench_trilinear,
+    "conv2d": bench_conv2d,
+}
+
+
+# ---------------------------------------------------------------- output
+
+def geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def markdown(records: List[Record], device_name: str, copy_bw: float) -> str:
+    lines = [f"# customconv benchmark on {device_name}", "",
+             f"Device-to-device copy: {copy_bw:.0f} GB/s (read + write).", "",
+             "| op | shape | dtype | pass | ours ms | baseline | baseline ms | speedup | % copy BW |",
+             "|---|---|---|---|---:|---|---:|---:|---:|"]
+    for r in records:
+        pct = f"{r.pct_copy_bw:.0f}%" if r.pct_copy_bw is not None else ""
+        lines.append(f"| {r.op} | {r.shape} | {r.dtype} | {r.pass_} | {r.ours_ms:.3f} | "
+                     f"{r.baseline} | {r.baseline_ms:.3f} | {r.speedup:.2f}x | {pct} |")
+    lines += ["", "Geometric-mean speedup per op, pass and baseline:", "",
+              "| op | pass | baseline | geomean speedup | cases |", "|---|---|---|---:|---:|"]
+    groups: Dict[Tuple[str, str, str], List[float]] = {}
+    for r in records:
+        groups.setdefault((r.op, r.pass_, r.baseline), []).append(r.speedup)
+    for (op, p, b), v in groups.items():
+        lines.append(f"| {op} | {p} | {b} | {geomean(v):.2f}x | {len(v)} |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(records: List[Record], path: Path) -> bool:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    labels = [f"{r.op} {r.shape} {r.dtype} {r.pass_} vs {r.baseline}" for r in records]
+    fig, ax = plt.subplots(figsize=(12, max(4, 0.22 * len(records))))
+    ax.barh(range(len(records)), [r.speedup for r in records],
+            color=["tab:green" if r.speedup >= 1 else "tab:red" for r in records])
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(records)))
+    ax.set_yticklabels(labels, fontsize=6)
+    ax.set_xscale("log")
+    ax.set_xlabel("speedup over the baseline (log scale)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--ops", default=",".join(BENCHES))
+    parser.add_argument("--dtypes", default=None,
+                        help="default: float32,float16,bfloat16 on cuda, float32 on cpu")
+    parser.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("bench: --device cuda but no GPU is available", file=sys.stderr)
+        return 2
+    dtypes = (args.dtypes or ("float32,float16,bfloat16" if args.device == "cuda" else "float32"))
+    reps, warmup = (5, 2) if args.quick else (15, 3)
+    timer = Timer(args.device, reps, warmup)
+    copy_bw = copy_bandwidth(args.device, timer)
+    device_name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
+    records: List[Record] = []
+    for op in args.ops.split(","):
+        for dt in dtypes.split(","):
+            records += BENCHES[op](args.device, DTYPES[dt], timer, copy_bw, args.quick)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / args.device
+    payload = {"device": device_name, "torch": torch.__version__, "copy_gbps": copy_bw,
+               "records": [{**asdict(r), "pass": r.pass_} for r in records]}
+    for rec in payload["records"]:
+        del rec["pass_"]
+    stem.with_suffix(".json").write_text(json.dumps(payload, indent=1))
+    table = markdown(records, device_name, copy_bw)
+    stem.with_suffix(".md").write_text(table)
+    chart(records, stem.with_suffix(".png"))
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
