@@ -2,6 +2,7 @@
 
     python3 bench/bench.py --device cuda|cpu [--ops depthwise,filter2d,trilinear,conv2d]
                            [--dtypes float32,float16,bfloat16] [--quick] [--out bench/results]
+                           [--append]
 
 For each case it measures, in the same run, our op and its baselines, forward and
 forward+backward, as the median of many repetitions (CUDA events on the GPU, with
@@ -313,6 +314,8 @@ def main(argv: Sequence[str]) -> int:
                         help="default: float32,float16,bfloat16 on cuda, float32 on cpu")
     parser.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument("--append", action="store_true",
+                        help="add to the records already in <out>/<device>.json")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench: --device cuda but no GPU is available", file=sys.stderr)
@@ -328,6 +331,10 @@ def main(argv: Sequence[str]) -> int:
             records += BENCHES[op](args.device, DTYPES[dt], timer, copy_bw, args.quick)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / args.device
+    if args.append and stem.with_suffix(".json").exists():
+        old = json.loads(stem.with_suffix(".json").read_text())["records"]
+        records = [Record(**{("pass_" if k == "pass" else k): v for k, v in r.items()})
+                   for r in old] + records
     payload = {"device": device_name, "torch": torch.__version__, "copy_gbps": copy_bw,
                "records": [{**asdict(r), "pass": r.pass_} for r in records]}
     for rec in payload["records"]:

@@ -64,6 +64,63 @@ def forward_backward(fn, args, grad):
     return out, grads
 
 
+def check_compiled_module(model, device, gen):
+    """torch.compile(model, fullgraph=True) gives eager's output and gradients
+    (of the input and every parameter) on a channels_last batch of 3."""
+    x = make_tensor((3, 4, 6, 6), torch.float32, device, "channels_last", gen, True)
+    compiled = torch.compile(model, fullgraph=True)
+    out_c, out_e = compiled(x), model(x)
+    assert_same(out_c, out_e, "output")
+    grad = make_tensor(out_e.shape, torch.float32, device, gen=gen)
+    params = [x] + list(model.parameters())
+    grads_c = torch.autograd.grad(out_c, params, grad)
+    grads_e = torch.autograd.grad(out_e, params, grad)
+    for name, gc, ge in zip(["input"] + [n for n, _ in model.named_parameters()], grads_c, grads_e):
+        assert_same(gc, ge, f"grad of {name}")
+
+
+def check_batches_without_recompiling(compiled, eager, params, names, batches, grad_shape,
+                                      strict_from, device, gen):
+    """For each batch size, a new input (batch, 4, 6, 6) and grad_output
+    (batch, *grad_shape): `compiled` and `eager` on (input, *params) give the
+    same output and gradients; from the `strict_from`-th batch size on,
+    `compiled` must not recompile. Returns the last (input, eager output)."""
+    for i, batch in enumerate(batches):
+        x = make_tensor((batch, 4, 6, 6), torch.float32, device, gen=gen, requires_grad=True)
+        grad = make_tensor((batch,) + grad_shape, torch.float32, device, gen=gen)
+        if i == strict_from:
+            torch.compiler.set_stance("fail_on_recompile")
+        try:
+            out_c, grads_c = forward_backward(compiled, (x,) + params, grad)
+        finally:
+            torch.compiler.set_stance("default")
+        out_e, grads_e = forward_backward(eager, (x,) + params, grad)
+        assert_same(out_c, out_e, f"output (batch {batch})")
+        for name, gc, ge in zip(names, grads_c, grads_e):
+            assert_same(gc, ge, f"grad of {name} (batch {batch})")
+    return x, out_e
+
+
+def check_export(model, device, gen, path, ops_expected):
+    """torch.export of `model` (in eval mode) with a dynamic batch calls
+    `ops_expected`, and the exported program, saved to `path` and loaded
+    back, gives eager's outputs at several batch sizes."""
+    x = make_tensor((3, 4, 6, 6), torch.float32, device, gen=gen)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    exported = torch.export.export(model, (x,), dynamic_shapes={"x": {0: batch}})
+    targets = {node.target for node in exported.graph.nodes if node.op == "call_function"}
+    assert ops_expected <= targets, targets
+
+    torch.export.save(exported, str(path))
+    reloaded = torch.export.load(str(path))
+    with torch.no_grad():
+        for n in (1, 2, 5, 17):
+            x = make_tensor((n, 4, 6, 6), torch.float32, device, gen=gen)
+            want = model(x)
+            assert_same(exported.module()(x), want, f"exported program (batch {n})")
+            assert_same(reloaded.module()(x), want, f"saved and loaded program (batch {n})")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_compiled_function_matches_eager_forward_and_backward(device, gen):
     args = inputs(device, gen)
@@ -82,58 +139,22 @@ def test_compiled_function_matches_eager_forward_and_backward(device, gen):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_compiled_module_matches_eager_forward_and_backward(device, gen):
-    model = Model().to(device)
-    x = make_tensor((3, 4, 6, 6), torch.float32, device, "channels_last", gen, True)
-    compiled = torch.compile(model, fullgraph=True)
-    out_c = compiled(x)
-    out_e = model(x)
-    assert_same(out_c, out_e, "output")
-    grad = make_tensor(out_e.shape, torch.float32, device, gen=gen)
-    params = [x] + list(model.parameters())
-    grads_c = torch.autograd.grad(out_c, params, grad)
-    grads_e = torch.autograd.grad(out_e, params, grad)
-    for name, gc, ge in zip(["input"] + [n for n, _ in model.named_parameters()], grads_c, grads_e):
-        assert_same(gc, ge, f"grad of {name}")
+    check_compiled_module(Model().to(device), device, gen)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_compiled_function_with_dynamic_batch_matches_eager_without_recompiling(device, gen):
     compiled = torch.compile(pipeline, fullgraph=True, dynamic=True)
     _, w, b = inputs(device, gen)
-    for i, batch in enumerate((5, 3, 2, 8)):
-        x = make_tensor((batch, 4, 6, 6), torch.float32, device, gen=gen, requires_grad=True)
-        grad = make_tensor((batch, 6, 6, 6), torch.float32, device, gen=gen)
-        if i == 1:
-            # The graph compiled for batch 5 serves every later batch size.
-            torch.compiler.set_stance("fail_on_recompile")
-        try:
-            out_c, grads_c = forward_backward(compiled, (x, w, b), grad)
-        finally:
-            torch.compiler.set_stance("default")
-        out_e, grads_e = forward_backward(pipeline, (x, w, b), grad)
-        assert_same(out_c, out_e, f"output (batch {batch})")
-        for name, gc, ge in zip(("input", "weight", "bias"), grads_c, grads_e):
-            assert_same(gc, ge, f"grad of {name} (batch {batch})")
+    # The graph compiled for batch 5 serves every later batch size.
+    check_batches_without_recompiling(compiled, pipeline, (w, b), ("input", "weight", "bias"),
+                                      (5, 3, 2, 8), (6, 6, 6), 1, device, gen)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_exported_module_with_dynamic_batch_matches_eager(device, gen, tmp_path):
-    model = Model().to(device).eval()
-    x = make_tensor((3, 4, 6, 6), torch.float32, device, gen=gen)
-    batch = torch.export.Dim("batch", min=1, max=64)
-    exported = torch.export.export(model, (x,), dynamic_shapes={"x": {0: batch}})
-    targets = {node.target for node in exported.graph.nodes if node.op == "call_function"}
-    assert {ops.conv2d.default, ops.im2col.default, ops.col2im.default} <= targets, targets
-
-    path = tmp_path / "model.pt2"
-    torch.export.save(exported, str(path))
-    reloaded = torch.export.load(str(path))
-    with torch.no_grad():
-        for n in (1, 2, 5, 17):
-            x = make_tensor((n, 4, 6, 6), torch.float32, device, gen=gen)
-            want = model(x)
-            assert_same(exported.module()(x), want, f"exported program (batch {n})")
-            assert_same(reloaded.module()(x), want, f"saved and loaded program (batch {n})")
+    check_export(Model().to(device).eval(), device, gen, tmp_path / "model.pt2",
+                 {ops.conv2d.default, ops.im2col.default, ops.col2im.default})
 
 
 # ---------------------------------------------------------------- the direct-kernel ops
@@ -177,20 +198,10 @@ def test_compiled_direct_ops_with_dynamic_batch_match_eager_without_recompiling(
     # Static first (batch 2), then dynamic batch sizes from one more graph.
     compiled = torch.compile(direct_pipeline, fullgraph=True)
     _, w, b, k = direct_inputs(device, gen)
-    for i, batch in enumerate((2, 5, 3, 8)):
-        x = make_tensor((batch, 4, 6, 6), torch.float32, device, gen=gen, requires_grad=True)
-        grad = make_tensor((batch, 36), torch.float32, device, gen=gen)
-        if i == 2:
-            # The graph compiled for batch 5 (dynamic after the second size) serves the rest.
-            torch.compiler.set_stance("fail_on_recompile")
-        try:
-            out_c, grads_c = forward_backward(compiled, (x, w, b, k), grad)
-        finally:
-            torch.compiler.set_stance("default")
-        out_e, grads_e = forward_backward(direct_pipeline, (x, w, b, k), grad)
-        assert_same(out_c, out_e, f"output (batch {batch})")
-        for name, gc, ge in zip(("input", "weight", "bias", "kernel"), grads_c, grads_e):
-            assert_same(gc, ge, f"grad of {name} (batch {batch})")
+    # The graph compiled for batch 5 (dynamic after the second size) serves the rest.
+    x, out_e = check_batches_without_recompiling(
+        compiled, direct_pipeline, (w, b, k), ("input", "weight", "bias", "kernel"),
+        (2, 5, 3, 8), (36,), 2, device, gen)
     # ... and eager matches PyTorch's own ops.
     x64, w64, b64, k64 = (a.detach().double().cpu() for a in (x, w, b, k))
     y = F.conv2d(x64, w64, b64, padding=1, groups=4)
@@ -204,36 +215,11 @@ def test_compiled_direct_ops_with_dynamic_batch_match_eager_without_recompiling(
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_compiled_direct_ops_module_matches_eager_forward_and_backward(device, gen):
-    model = DirectModel().to(device)
-    x = make_tensor((3, 4, 6, 6), torch.float32, device, "channels_last", gen, True)
-    compiled = torch.compile(model, fullgraph=True)
-    out_c, out_e = compiled(x), model(x)
-    assert_same(out_c, out_e, "output")
-    grad = make_tensor(out_e.shape, torch.float32, device, gen=gen)
-    params = [x] + list(model.parameters())
-    grads_c = torch.autograd.grad(out_c, params, grad)
-    grads_e = torch.autograd.grad(out_e, params, grad)
-    for name, gc, ge in zip(["input"] + [n for n, _ in model.named_parameters()], grads_c, grads_e):
-        assert_same(gc, ge, f"grad of {name}")
+    check_compiled_module(DirectModel().to(device), device, gen)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_exported_direct_ops_module_with_dynamic_batch_matches_eager(device, gen, tmp_path):
-    model = DirectModel().to(device).eval()
-    x = make_tensor((3, 4, 6, 6), torch.float32, device, gen=gen)
-    batch = torch.export.Dim("batch", min=1, max=64)
-    exported = torch.export.export(model, (x,), dynamic_shapes={"x": {0: batch}})
-    targets = {node.target for node in exported.graph.nodes if node.op == "call_function"}
-    expected = {ops.depthwise_conv2d.default, ops.filter2d.default,
-                ops.trilinear_interpolation.default}
-    assert expected <= targets, targets
-
-    path = tmp_path / "direct.pt2"
-    torch.export.save(exported, str(path))
-    reloaded = torch.export.load(str(path))
-    with torch.no_grad():
-        for n in (1, 2, 5, 17):
-            x = make_tensor((n, 4, 6, 6), torch.float32, device, gen=gen)
-            want = model(x)
-            assert_same(exported.module()(x), want, f"exported program (batch {n})")
-            assert_same(reloaded.module()(x), want, f"saved and loaded program (batch {n})")
+    check_export(DirectModel().to(device).eval(), device, gen, tmp_path / "direct.pt2",
+                 {ops.depthwise_conv2d.default, ops.filter2d.default,
+                  ops.trilinear_interpolation.default})

@@ -16,14 +16,13 @@ import customconv
 from testlib import (
     DEVICE_DTYPES,
     DEVICES,
-    assert_matches,
-    conv2d_reductions,
-    conv2d_reference,
+    capture_and_replay,
+    check_conv_case,
+    check_under_no_grad_and_inference_mode,
     cuda,
     make_tensor,
     ops,
     random_conv2d_config,
-    sync,
 )
 
 N_RANDOM = 40
@@ -31,34 +30,19 @@ N_RANDOM = 40
 
 def run_conv2d_case(cfg, device, dtype, gen, ctx, call="ops", need=("x", "w", "b")):
     """Runs cfg forward and backward; checks every result against F.conv2d."""
-    x = make_tensor(cfg.input_shape, dtype, device, cfg.input_layout, gen, "x" in need)
-    w = make_tensor(cfg.weight_shape, dtype, device, cfg.weight_layout, gen, "w" in need)
-    b = None
-    if cfg.bias:
-        b = make_tensor((cfg.out_channels,), dtype, device, "sliced", gen, "b" in need)
     stride, padding, dilation, groups = cfg.args()
-    if call == "ops":
-        out = ops.conv2d(x, w, b, stride, padding, dilation, groups)
-    elif call == "ops-kwargs":
-        out = ops.conv2d(x, w, bias=b, stride=stride, padding=padding, dilation=dilation,
-                         groups=groups)
-    else:  # the functional wrapper, F.conv2d's signature with tuples
-        out = customconv.conv2d(x, w, b, cfg.stride, cfg.padding, cfg.dilation, cfg.groups)
-    grad = make_tensor(out.shape, dtype, device, cfg.grad_layout, gen)
-    ref = conv2d_reference(cfg, x, w, b, grad)
-    red = conv2d_reductions(cfg)
-    assert_matches(out, *ref["output"], dtype, red["output"], "output", ctx, device)
 
-    wanted = [(n, t) for n, t in (("grad_input", x), ("grad_weight", w), ("grad_bias", b))
-              if t is not None and t.requires_grad]
-    if not wanted:
-        assert not out.requires_grad, ctx
-        return
-    grads = torch.autograd.grad(out, [t for _, t in wanted], grad)
-    sync(device)
-    for (name, t), g in zip(wanted, grads):
-        assert g.shape == t.shape, f"{name} shape {tuple(g.shape)} vs {tuple(t.shape)} [{ctx}]"
-        assert_matches(g, *ref[name], dtype, red[name], name, ctx, device)
+    def conv2d(input, weight, bias):
+        if call == "ops":
+            return ops.conv2d(input, weight, bias, stride, padding, dilation, groups)
+        if call == "ops-kwargs":
+            return ops.conv2d(input, weight, bias=bias, stride=stride, padding=padding,
+                              dilation=dilation, groups=groups)
+        # The functional wrapper: F.conv2d's signature with tuples.
+        return customconv.conv2d(input, weight, bias, cfg.stride, cfg.padding, cfg.dilation,
+                                 cfg.groups)
+
+    check_conv_case(conv2d, cfg, device, dtype, gen, ctx, need)
 
 
 @pytest.mark.parametrize("idx", range(N_RANDOM))
@@ -141,13 +125,8 @@ def test_conv2d_under_inference_mode_and_no_grad_matches_torch(device, gen):
     x = make_tensor((3, 4, 6, 6), torch.float64, device, "channels_last", gen, True)
     w = make_tensor((4, 2, 3, 3), torch.float64, device, gen=gen, requires_grad=True)
     want = F.conv2d(x.detach().cpu(), w.detach().cpu(), None, 1, 1, 1, 2)
-    with torch.no_grad():
-        a = ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 2)
-    with torch.inference_mode():
-        b = ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 2)
-    for got in (a, b):
-        assert not got.requires_grad
-        torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12)
+    check_under_no_grad_and_inference_mode(
+        lambda: ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 2), want)
 
 
 CHUNKED_SCRIPT = textwrap.dedent(
@@ -208,18 +187,7 @@ def test_ops_capture_into_a_cuda_graph_and_replay_with_new_inputs(gen):
         return (out, img, ops.conv2d_grad_input(go, x, w, *args),
                 ops.conv2d_grad_weight(go, x, w, *args), ops.conv2d_grad_bias(go))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step(x, go)  # warm-up outside the capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        results = step(x, go)
-    x.copy_(make_tensor(x.shape, dt, "cuda", gen=gen))
-    go.copy_(make_tensor(go.shape, dt, "cuda", gen=gen))
-    graph.replay()
-    torch.cuda.synchronize()
+    results, _graph = capture_and_replay(lambda: step(x, go), (x, go), gen)
     for i, (got, want) in enumerate(zip(results, step(x, go))):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=lambda m: f"result {i}: {m}")
     xr, wr, br = (t.cpu().requires_grad_() for t in (x, w, b))

@@ -14,8 +14,13 @@ from testlib import (
     DEVICE_DTYPES,
     DEVICES,
     assert_deterministic,
-    check_against_reference,
-    conv2d_reductions,
+    capture_and_replay,
+    check_conv_case,
+    check_drop_in_matches,
+    check_drop_in_state_dict,
+    check_float32_drop_in_matches_float64,
+    check_trains_alike,
+    check_under_no_grad_and_inference_mode,
     conv2d_reference,
     cuda,
     make_tensor,
@@ -31,11 +36,6 @@ N_RANDOM = 30
 
 def run_depthwise_case(cfg, device, dtype, gen, ctx, call="ops", need=("x", "w", "b")):
     """Runs cfg forward and backward; checks every result against F.conv2d."""
-    x = make_tensor(cfg.input_shape, dtype, device, cfg.input_layout, gen, "x" in need)
-    w = make_tensor(cfg.weight_shape, dtype, device, cfg.weight_layout, gen, "w" in need)
-    b = None
-    if cfg.bias:
-        b = make_tensor((cfg.out_channels,), dtype, device, "sliced", gen, "b" in need)
     stride, padding, dilation, _ = cfg.args()
 
     def depthwise(input, weight, bias):
@@ -48,9 +48,7 @@ def run_depthwise_case(cfg, device, dtype, gen, ctx, call="ops", need=("x", "w",
         return customconv.depthwise_conv2d(input, weight, bias, cfg.stride, cfg.padding,
                                            cfg.dilation)
 
-    check_against_reference(depthwise, dict(input=x, weight=w, bias=b),
-                            lambda g: conv2d_reference(cfg, x, w, b, g), conv2d_reductions(cfg),
-                            dtype, device, gen, ctx, cfg.grad_layout)
+    check_conv_case(depthwise, cfg, device, dtype, gen, ctx, need)
 
 
 @pytest.mark.parametrize("idx", range(N_RANDOM))
@@ -174,13 +172,8 @@ def test_depthwise_conv2d_under_inference_mode_and_no_grad_matches_torch(device,
     x = make_tensor((3, 4, 6, 6), torch.float64, device, "channels_last", gen, True)
     w = make_tensor((8, 1, 3, 3), torch.float64, device, gen=gen, requires_grad=True)
     want = F.conv2d(x.detach().cpu(), w.detach().cpu(), None, 1, 1, 1, 4)
-    with torch.no_grad():
-        a = ops.depthwise_conv2d(x, w, None, [1, 1], [1, 1], [1, 1])
-    with torch.inference_mode():
-        b = ops.depthwise_conv2d(x, w, None, [1, 1], [1, 1], [1, 1])
-    for got in (a, b):
-        assert not got.requires_grad
-        torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12)
+    check_under_no_grad_and_inference_mode(
+        lambda: ops.depthwise_conv2d(x, w, None, [1, 1], [1, 1], [1, 1]), want)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
@@ -239,39 +232,16 @@ def test_nn_depthwise_conv2d_has_the_parameters_and_state_dict_of_torch_nn_conv2
     args, kwargs, _ = MODULE_CASES[case]
     theirs = torch.nn.Conv2d(*args, **dict(kwargs, groups=args[0]))
     ours = customconv.nn.DepthwiseConv2d(*args, **kwargs)
-    assert isinstance(ours, torch.nn.Conv2d)
     assert ours.groups == args[0]
-    assert [(n, p.shape) for n, p in ours.named_parameters()] == \
-        [(n, p.shape) for n, p in theirs.named_parameters()]
-    assert list(ours.state_dict()) == list(theirs.state_dict())
-    assert ours.extra_repr() == theirs.extra_repr()
-    result = ours.load_state_dict(theirs.state_dict(), strict=True)
-    assert not result.missing_keys and not result.unexpected_keys
-    for name, p in theirs.state_dict().items():
-        assert torch.equal(ours.state_dict()[name], p), name
-    # ... and the other way round, values included.
-    other = customconv.nn.DepthwiseConv2d(*args, **kwargs)
-    theirs.load_state_dict(other.state_dict(), strict=True)
-    for name, p in other.state_dict().items():
-        assert torch.equal(theirs.state_dict()[name], p), name
+    check_drop_in_state_dict(ours, theirs, lambda: customconv.nn.DepthwiseConv2d(*args, **kwargs))
 
 
 @pytest.mark.parametrize("case", sorted(MODULE_CASES))
 @pytest.mark.parametrize("device", DEVICES)
 def test_nn_depthwise_conv2d_outputs_and_gradients_match_torch_nn_conv2d(device, case, gen, seed):
     ours, theirs = module_pair(case, device)
-    size = MODULE_CASES[case][2]
-    x = make_tensor((2, ours.in_channels) + size, torch.float64, device, gen=gen, requires_grad=True)
-    out, ref = ours(x), theirs(x)
-    ctx = f"seed={seed} case={case} device={device}"
-    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10, msg=lambda m: f"{ctx}: output: {m}")
-    grad = make_tensor(ref.shape, torch.float64, device, "transposed", gen)
-    names = ["input"] + [n for n, _ in ours.named_parameters()]
-    g_ours = torch.autograd.grad(out, [x] + list(ours.parameters()), grad)
-    g_theirs = torch.autograd.grad(ref, [x] + list(theirs.parameters()), grad)
-    for name, a, b in zip(names, g_ours, g_theirs):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10,
-                                   msg=lambda m: f"{ctx}: grad of {name}: {m}")
+    check_drop_in_matches(ours, theirs, MODULE_CASES[case][2], device, gen,
+                          f"seed={seed} case={case} device={device}")
 
 
 @pytest.mark.parametrize("case", ["multiplier4_tuple_args", "reflect", "same_circular"])
@@ -279,18 +249,7 @@ def test_nn_depthwise_conv2d_outputs_and_gradients_match_torch_nn_conv2d(device,
 def test_nn_depthwise_conv2d_in_float32_matches_torch_nn_conv2d_in_float64(device, case, gen, seed):
     ours, theirs = module_pair(case, device, torch.float32)
     theirs = theirs.double()
-    size = MODULE_CASES[case][2]
-    x = make_tensor((3, ours.in_channels) + size, torch.float32, device, gen=gen, requires_grad=True)
-    x64 = x.detach().double().requires_grad_()
-    out, ref = ours(x), theirs(x64)
-    assert out.dtype == torch.float32
-    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
-    grad = make_tensor(ref.shape, torch.float32, device, gen=gen)
-    g_ours = torch.autograd.grad(out, [x] + list(ours.parameters()), grad)
-    g_ref = torch.autograd.grad(ref, [x64] + list(theirs.parameters()), grad.double())
-    for a, b in zip(g_ours, g_ref):
-        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4,
-                                   msg=lambda m: f"seed={seed}: {m}")
+    check_float32_drop_in_matches_float64(ours, theirs, MODULE_CASES[case][2], device, gen, seed)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -315,17 +274,7 @@ def test_nn_depthwise_conv2d_refuses_what_is_not_depthwise():
 @pytest.mark.parametrize("device", DEVICES)
 def test_nn_depthwise_conv2d_trains_like_torch_nn_conv2d(device, gen):
     ours, theirs = module_pair("multiplier2_padding", device)
-    opt_a = torch.optim.SGD(ours.parameters(), lr=0.05, momentum=0.9)
-    opt_b = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9)
-    for _ in range(3):
-        x = make_tensor((4, 4, 7, 6), torch.float64, device, gen=gen)
-        target = make_tensor((4, 8, 7, 6), torch.float64, device, gen=gen)
-        for m, opt in ((ours, opt_a), (theirs, opt_b)):
-            opt.zero_grad()
-            F.mse_loss(m(x), target).backward()
-            opt.step()
-    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=lambda m: f"{name}: {m}")
+    check_trains_alike(ours, theirs, (4, 4, 7, 6), (4, 8, 7, 6), device, gen)
 
 
 @cuda
@@ -337,23 +286,12 @@ def test_depthwise_conv2d_captures_into_a_cuda_graph_and_replays_with_new_inputs
     go = make_tensor((2, 6, 5, 6), dt, "cuda", gen=gen)
     args = ([2, 1], [1, 0], [1, 2])
 
-    def step(x, go):
+    def step():
         return (ops.depthwise_conv2d(x, w, b, *args),
                 ops.depthwise_conv2d_grad_input(go, x, w, *args),
                 ops.depthwise_conv2d_grad_weight(go, x, w, *args))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step(x, go)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        results = step(x, go)
-    x.copy_(make_tensor(x.shape, dt, "cuda", gen=gen))
-    go.copy_(make_tensor(go.shape, dt, "cuda", gen=gen))
-    graph.replay()
-    torch.cuda.synchronize()
+    results, _graph = capture_and_replay(step, (x, go), gen)
     xr, wr, br = (t.cpu().requires_grad_() for t in (x, w, b))
     ref = F.conv2d(xr, wr, br, (2, 1), (1, 0), (1, 2), 3)
     gx, gw = torch.autograd.grad(ref, (xr, wr), go.cpu())

@@ -498,17 +498,24 @@ CASES = {
 DIRECT_OPS = ("depthwise_conv2d", "filter2d", "trilinear_interpolation")
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("device", DEVICES)
-def test_bad_input_raises_a_clear_error(device, case):
-    call, message, _ = CASES[case]
+def check_raises_and_device_stays_usable(call, message, device, case):
+    """call() raises a RuntimeError matching `message` (at the latest when the
+    device is synchronized); then a valid conv2d call (and, for a case of a
+    direct-kernel op, a valid call of each of them) gives right results."""
     with pytest.raises(RuntimeError, match=message):
-        call(device)
+        call()
         sync(device)
     # The device is still usable: a valid call gives right results.
     check_small_conv2d(device)
     if case.startswith(DIRECT_OPS):
         check_small_direct_ops(device)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_input_raises_a_clear_error(device, case):
+    call, message, _ = CASES[case]
+    check_raises_and_device_stays_usable(lambda: call(device), message, device, case)
 
 
 @pytest.mark.parametrize("case", sorted(c for c, (_, _, meta) in CASES.items() if meta))
@@ -592,12 +599,7 @@ MIXED_DEVICE_CASES = {
 @pytest.mark.parametrize("case", sorted(MIXED_DEVICE_CASES))
 def test_tensors_on_different_devices_raise_a_clear_error(case):
     call, message = MIXED_DEVICE_CASES[case]
-    with pytest.raises(RuntimeError, match=message):
-        call()
-        sync("cuda")
-    check_small_conv2d("cuda")
-    if case.startswith(DIRECT_OPS):
-        check_small_direct_ops("cuda")
+    check_raises_and_device_stays_usable(call, message, "cuda", case)
 
 
 @cuda
@@ -618,19 +620,31 @@ def test_functional_wrappers_refuse_bad_string_padding(device):
         customconv.conv2d(x, w, stride=2, padding="same")
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_errors_in_backward_are_clear_and_leave_the_device_usable(device):
-    # A grad_output of the wrong shape reaching the backward op directly.
-    x = t(device, 2, 4, 5, 5).requires_grad_()
-    w = t(device, 6, 2, 3, 3).requires_grad_()
-    out = ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 2)
-    with pytest.raises(RuntimeError, match=re.escape("conv2d_grad_input: grad_output has shape [2, 6, 4, 4]")):
-        ops.conv2d_grad_input(t(device, 2, 6, 4, 4), x.detach(), w.detach(), [1, 1], [1, 1],
-                              [1, 1], 2)
+def check_backward_op_error_leaves_autograd_usable(device, forward, backward_op, x_shape, w_shape,
+                                                   bad_grad_shape, message, follow_up):
+    """With x and w (random, of the given shapes) requiring grad and
+    out = forward(x, w): backward_op(grad_output, x, w) with a grad_output of
+    the wrong shape raises a RuntimeError containing `message`; then out's
+    gradient for x is finite, and follow_up(device) passes."""
+    x = t(device, *x_shape).requires_grad_()
+    w = t(device, *w_shape).requires_grad_()
+    out = forward(x, w)
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        backward_op(t(device, *bad_grad_shape), x.detach(), w.detach())
     (gx,) = torch.autograd.grad(out, x, torch.ones_like(out))
     sync(device)
     assert torch.isfinite(gx).all()
-    check_small_conv2d(device)
+    follow_up(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_errors_in_backward_are_clear_and_leave_the_device_usable(device):
+    # A grad_output of the wrong shape reaching the backward op directly.
+    check_backward_op_error_leaves_autograd_usable(
+        device, lambda x, w: ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 2),
+        lambda go, x, w: ops.conv2d_grad_input(go, x, w, [1, 1], [1, 1], [1, 1], 2),
+        (2, 4, 5, 5), (6, 2, 3, 3), (2, 6, 4, 4),
+        "conv2d_grad_input: grad_output has shape [2, 6, 4, 4]", check_small_conv2d)
 
 
 @cuda
@@ -670,14 +684,8 @@ def test_nn_modules_of_the_direct_ops_report_bad_input_clearly(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_direct_ops_errors_in_backward_are_clear_and_leave_the_device_usable(device):
-    x = t(device, 2, 4, 5, 5).requires_grad_()
-    w = t(device, 8, 1, 3, 3).requires_grad_()
-    out = ops.depthwise_conv2d(x, w, None, [1, 1], [1, 1], [1, 1])
-    with pytest.raises(RuntimeError, match=re.escape(
-            "depthwise_conv2d_grad_input: grad_output has shape [2, 8, 4, 4]")):
-        ops.depthwise_conv2d_grad_input(t(device, 2, 8, 4, 4), x.detach(), w.detach(), [1, 1],
-                                        [1, 1], [1, 1])
-    (gx,) = torch.autograd.grad(out, x, torch.ones_like(out))
-    sync(device)
-    assert torch.isfinite(gx).all()
-    check_small_direct_ops(device)
+    check_backward_op_error_leaves_autograd_usable(
+        device, lambda x, w: ops.depthwise_conv2d(x, w, None, [1, 1], [1, 1], [1, 1]),
+        lambda go, x, w: ops.depthwise_conv2d_grad_input(go, x, w, [1, 1], [1, 1], [1, 1]),
+        (2, 4, 5, 5), (8, 1, 3, 3), (2, 8, 4, 4),
+        "depthwise_conv2d_grad_input: grad_output has shape [2, 8, 4, 4]", check_small_direct_ops)

@@ -17,7 +17,9 @@ from testlib import (
     DEVICES,
     FilterConfig,
     assert_deterministic,
+    capture_and_replay,
     check_against_reference,
+    check_under_no_grad_and_inference_mode,
     cuda,
     f64,
     filter2d_reductions,
@@ -163,13 +165,7 @@ def test_filter2d_under_inference_mode_and_no_grad_matches_torch(device, gen):
     x = make_tensor((3, 2, 6, 7), torch.float64, device, "channels_last", gen, True)
     k = make_tensor((3, 3), torch.float64, device, gen=gen, requires_grad=True)
     want = filter2d_torch(f64(x), f64(k), "replicate")
-    with torch.no_grad():
-        a = ops.filter2d(x, k, "replicate")
-    with torch.inference_mode():
-        b = ops.filter2d(x, k, "replicate")
-    for got in (a, b):
-        assert not got.requires_grad
-        torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12)
+    check_under_no_grad_and_inference_mode(lambda: ops.filter2d(x, k, "replicate"), want)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
@@ -246,22 +242,11 @@ def test_filter2d_captures_into_a_cuda_graph_and_replays_with_new_inputs(gen):
     k = make_tensor((5, 3), dt, "cuda", gen=gen)
     go = make_tensor((3, 9, 40), dt, "cuda", gen=gen)
 
-    def step(x, go):
+    def step():
         return (ops.filter2d(x, k, "reflect"), ops.filter2d_grad_input(go, k, "reflect"),
                 ops.filter2d_grad_kernel(go, x, k, "reflect"))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step(x, go)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        results = step(x, go)
-    x.copy_(make_tensor(x.shape, dt, "cuda", gen=gen))
-    go.copy_(make_tensor(go.shape, dt, "cuda", gen=gen))
-    graph.replay()
-    torch.cuda.synchronize()
+    results, _graph = capture_and_replay(step, (x, go), gen)
     cfg = FilterConfig(lead=(3,), size=(9, 40), kernel=(5, 3), border="reflect")
     ref = filter2d_reference(cfg, x, k, go)
     for i, (got, name) in enumerate(zip(results, ("output", "grad_input", "grad_kernel"))):

@@ -5,7 +5,14 @@ import pytest
 import torch
 
 import customconv
-from testlib import DEVICES, make_tensor
+from testlib import (
+    DEVICES,
+    check_drop_in_matches,
+    check_drop_in_state_dict,
+    check_float32_drop_in_matches_float64,
+    check_trains_alike,
+    make_tensor,
+)
 
 # torch.nn.Conv2d warns about padding="same" with even kernels; so be it.
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same'")
@@ -49,36 +56,15 @@ def test_nn_conv2d_has_the_parameters_and_state_dict_of_torch_nn_conv2d(case):
     args, kwargs, _ = MODULE_CASES[case]
     theirs = torch.nn.Conv2d(*args, **kwargs)
     ours = customconv.nn.Conv2d(*args, **kwargs)
-    assert isinstance(ours, torch.nn.Conv2d)
-    assert [(n, p.shape) for n, p in ours.named_parameters()] == \
-        [(n, p.shape) for n, p in theirs.named_parameters()]
-    assert list(ours.state_dict()) == list(theirs.state_dict())
-    assert ours.extra_repr() == theirs.extra_repr()
-    # A torch.nn.Conv2d's state_dict loads strictly and the values arrive.
-    result = ours.load_state_dict(theirs.state_dict(), strict=True)
-    assert not result.missing_keys and not result.unexpected_keys
-    for name, p in theirs.state_dict().items():
-        assert torch.equal(ours.state_dict()[name], p), name
-    # ... and the other way round.
-    theirs.load_state_dict(customconv.nn.Conv2d(*args, **kwargs).state_dict(), strict=True)
+    check_drop_in_state_dict(ours, theirs, lambda: customconv.nn.Conv2d(*args, **kwargs))
 
 
 @pytest.mark.parametrize("case", sorted(MODULE_CASES))
 @pytest.mark.parametrize("device", DEVICES)
 def test_nn_conv2d_outputs_and_gradients_match_torch_nn_conv2d(device, case, gen, seed):
     ours, theirs = pair(case, device)
-    size = MODULE_CASES[case][2]
-    x = make_tensor((2, ours.in_channels) + size, torch.float64, device, gen=gen, requires_grad=True)
-    out, ref = ours(x), theirs(x)
-    ctx = f"seed={seed} case={case} device={device}"
-    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10, msg=lambda m: f"{ctx}: output: {m}")
-    grad = make_tensor(ref.shape, torch.float64, device, "transposed", gen)
-    names = ["input"] + [n for n, _ in ours.named_parameters()]
-    g_ours = torch.autograd.grad(out, [x] + list(ours.parameters()), grad)
-    g_theirs = torch.autograd.grad(ref, [x] + list(theirs.parameters()), grad)
-    for name, a, b in zip(names, g_ours, g_theirs):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10,
-                                   msg=lambda m: f"{ctx}: grad of {name}: {m}")
+    check_drop_in_matches(ours, theirs, MODULE_CASES[case][2], device, gen,
+                          f"seed={seed} case={case} device={device}")
 
 
 @pytest.mark.parametrize("case", ["groups", "reflect", "same_circular", "tuple_args"])
@@ -86,17 +72,7 @@ def test_nn_conv2d_outputs_and_gradients_match_torch_nn_conv2d(device, case, gen
 def test_nn_conv2d_in_float32_matches_torch_nn_conv2d_in_float64(device, case, gen, seed):
     ours, theirs = pair(case, device, torch.float32)
     theirs = theirs.double()  # the float64 reference (no TF32) on the same values
-    size = MODULE_CASES[case][2]
-    x = make_tensor((3, ours.in_channels) + size, torch.float32, device, gen=gen, requires_grad=True)
-    x64 = x.detach().double().requires_grad_()
-    out, ref = ours(x), theirs(x64)
-    assert out.dtype == torch.float32
-    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
-    grad = make_tensor(ref.shape, torch.float32, device, gen=gen)
-    g_ours = torch.autograd.grad(out, [x] + list(ours.parameters()), grad)
-    g_ref = torch.autograd.grad(ref, [x64] + list(theirs.parameters()), grad.double())
-    for a, b in zip(g_ours, g_ref):
-        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4, msg=lambda m: f"seed={seed}: {m}")
+    check_float32_drop_in_matches_float64(ours, theirs, MODULE_CASES[case][2], device, gen, seed)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -119,14 +95,4 @@ def test_nn_conv2d_refuses_what_torch_nn_conv2d_refuses():
 def test_nn_conv2d_trains_like_torch_nn_conv2d(device, gen):
     # A few SGD steps on both keep the parameters equal.
     ours, theirs = pair("groups", device)
-    opt_a = torch.optim.SGD(ours.parameters(), lr=0.05, momentum=0.9)
-    opt_b = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9)
-    for _ in range(3):
-        x = make_tensor((4, 6, 7, 6), torch.float64, device, gen=gen)
-        target = make_tensor((4, 9, 7, 6), torch.float64, device, gen=gen)
-        for m, opt in ((ours, opt_a), (theirs, opt_b)):
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(m(x), target).backward()
-            opt.step()
-    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=lambda m: f"{name}: {m}")
+    check_trains_alike(ours, theirs, (4, 6, 7, 6), (4, 9, 7, 6), device, gen)

@@ -15,7 +15,9 @@ from testlib import (
     DEVICES,
     TrilinearConfig,
     assert_deterministic,
+    capture_and_replay,
     check_against_reference,
+    check_under_no_grad_and_inference_mode,
     cuda,
     f64,
     make_points,
@@ -195,13 +197,7 @@ def test_trilinear_under_inference_mode_and_no_grad_matches_the_formula(device, 
     feats = make_tensor((7, 8, 5), torch.float64, device, "transposed", gen, True)
     points = make_tensor((7, 3), torch.float64, device, gen=gen, requires_grad=True)
     want = trilinear_torch(f64(feats), f64(points))
-    with torch.no_grad():
-        a = ops.trilinear_interpolation(feats, points)
-    with torch.inference_mode():
-        b = ops.trilinear_interpolation(feats, points)
-    for got in (a, b):
-        assert not got.requires_grad
-        torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12)
+    check_under_no_grad_and_inference_mode(lambda: ops.trilinear_interpolation(feats, points), want)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
@@ -246,18 +242,7 @@ def test_trilinear_captures_into_a_cuda_graph_and_replays_with_new_inputs(gen):
         return (ops.trilinear_interpolation(feats, points),
                 *ops.trilinear_interpolation_backward(go, feats, points))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        results = step()
-    for t in (feats, points, go):
-        t.copy_(make_tensor(t.shape, dt, "cuda", gen=gen))
-    graph.replay()
-    torch.cuda.synchronize()
+    results, _graph = capture_and_replay(step, (feats, points, go), gen)
     ref = trilinear_reference(feats, points, go)
     for i, (got, name) in enumerate(zip(results, ("output", "grad_feats", "grad_points"))):
         torch.testing.assert_close(got.cpu(), ref[name][0], rtol=1e-10, atol=1e-10,

@@ -261,6 +261,28 @@ def _out_len(size: int, k: int, s: int, p: int, d: int) -> int:
     return (size + 2 * p - _extent(k, d)) // s + 1
 
 
+def _random_geometry(rng: random.Random, fixed: dict, size_slack: int):
+    """Kernel, stride, dilation, padding, input size (at least the dilated
+    kernel's extent less the padding, plus up to `size_slack`) and batch (None:
+    unbatched) of a sliding window, each popped from `fixed` where pinned there.
+    The random draws are made whether or not a field is pinned, so that pinning
+    one field leaves the others as they were."""
+    kernel = fixed.pop("kernel", _pair(rng, 1, 4))
+    stride = fixed.pop("stride", _pair(rng, 1, 3, square=0.5))
+    dilation = fixed.pop("dilation", _pair(rng, 1, 3, square=0.5) if rng.random() < 0.6 else (1, 1))
+    padding = fixed.pop("padding", _pair(rng, 0, 3, square=0.5) if rng.random() < 0.7 else (0, 0))
+    size = fixed.pop(
+        "size",
+        tuple(
+            max(1, _extent(kernel[a], dilation[a]) - 2 * padding[a]) + rng.randint(0, size_slack)
+            for a in (0, 1)
+        ),
+    )
+    r = rng.random()
+    batch = fixed.pop("batch", None if r < 0.15 else (0 if r < 0.2 else rng.choice([1, 2, 3])))
+    return kernel, stride, dilation, padding, size, batch
+
+
 @dataclasses.dataclass(frozen=True)
 class ConvConfig:
     batch: Optional[int]  # None: unbatched (C, H, W) input
@@ -319,19 +341,7 @@ def random_conv2d_config(rng: random.Random, **fixed) -> ConvConfig:
     groups = fixed.pop("groups", groups)
     in_channels = fixed.pop("in_channels", groups * cin_g)
     out_channels = fixed.pop("out_channels", groups * kout_g)
-    kernel = fixed.pop("kernel", _pair(rng, 1, 4))
-    stride = fixed.pop("stride", _pair(rng, 1, 3, square=0.5))
-    dilation = fixed.pop("dilation", _pair(rng, 1, 3, square=0.5) if rng.random() < 0.6 else (1, 1))
-    padding = fixed.pop("padding", _pair(rng, 0, 3, square=0.5) if rng.random() < 0.7 else (0, 0))
-    size = fixed.pop(
-        "size",
-        tuple(
-            max(1, _extent(kernel[a], dilation[a]) - 2 * padding[a]) + rng.randint(0, 6)
-            for a in (0, 1)
-        ),
-    )
-    r = rng.random()
-    batch = fixed.pop("batch", None if r < 0.15 else (0 if r < 0.2 else rng.choice([1, 2, 3])))
+    kernel, stride, dilation, padding, size, batch = _random_geometry(rng, fixed, size_slack=6)
     bias = fixed.pop("bias", rng.random() < 0.7)
     layout = lambda: rng.choice(("contiguous",) * 2 + LAYOUTS[1:])  # noqa: E731
     cfg = ConvConfig(
@@ -440,19 +450,7 @@ class WindowConfig:
 
 def random_window_config(rng: random.Random, **fixed) -> WindowConfig:
     """A random valid im2col / col2im geometry; keyword arguments pin fields."""
-    kernel = fixed.pop("kernel", _pair(rng, 1, 4))
-    stride = fixed.pop("stride", _pair(rng, 1, 3, square=0.5))
-    dilation = fixed.pop("dilation", _pair(rng, 1, 3, square=0.5) if rng.random() < 0.6 else (1, 1))
-    padding = fixed.pop("padding", _pair(rng, 0, 3, square=0.5) if rng.random() < 0.7 else (0, 0))
-    size = fixed.pop(
-        "size",
-        tuple(
-            max(1, _extent(kernel[a], dilation[a]) - 2 * padding[a]) + rng.randint(0, 7)
-            for a in (0, 1)
-        ),
-    )
-    r = rng.random()
-    batch = fixed.pop("batch", None if r < 0.15 else (0 if r < 0.2 else rng.choice([1, 2, 3])))
+    kernel, stride, dilation, padding, size, batch = _random_geometry(rng, fixed, size_slack=7)
     layout = lambda: rng.choice(("contiguous",) * 2 + LAYOUTS[1:])  # noqa: E731
     cfg = WindowConfig(
         batch=batch, channels=fixed.pop("channels", rng.randint(1, 4)), kernel=tuple(kernel),
@@ -757,6 +755,132 @@ def assert_deterministic(fn, what: str) -> None:
             f"{what}: result {i} differs between two runs by up to "
             f"{float((a.double() - b.double()).abs().max()):.3g}"
         )
+
+
+def check_conv_case(call, cfg: ConvConfig, device: str, dtype: torch.dtype, gen: torch.Generator,
+                    ctx: str, need: Sequence[str] = ("x", "w", "b")) -> torch.Tensor:
+    """Makes cfg's input, weight and (with cfg.bias) bias in cfg's layouts (the
+    bias sliced), each requiring grad where its letter ("x", "w", "b") is in
+    `need`; runs `call(input, weight, bias)` forward and backward and checks
+    every result against F.conv2d (check_against_reference). Returns the output."""
+    x = make_tensor(cfg.input_shape, dtype, device, cfg.input_layout, gen, "x" in need)
+    w = make_tensor(cfg.weight_shape, dtype, device, cfg.weight_layout, gen, "w" in need)
+    b = None
+    if cfg.bias:
+        b = make_tensor((cfg.out_channels,), dtype, device, "sliced", gen, "b" in need)
+    return check_against_reference(call, dict(input=x, weight=w, bias=b),
+                                   lambda g: conv2d_reference(cfg, x, w, b, g),
+                                   conv2d_reductions(cfg), dtype, device, gen, ctx, cfg.grad_layout)
+
+
+def check_under_no_grad_and_inference_mode(call, want: torch.Tensor) -> None:
+    """call() under torch.no_grad() and under torch.inference_mode(): neither
+    result requires grad, and both match `want` (a CPU tensor) to 1e-12."""
+    with torch.no_grad():
+        a = call()
+    with torch.inference_mode():
+        b = call()
+    for got in (a, b):
+        assert not got.requires_grad
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-12, atol=1e-12)
+
+
+def capture_and_replay(step, new_inputs: Sequence[torch.Tensor], gen: torch.Generator):
+    """Runs step() once on a side stream (the warm-up, outside the capture),
+    captures step() into a CUDA graph, refills each of `new_inputs` in place
+    with new random values (made with `gen`, in order), replays the graph and
+    waits for it. Returns (the captured step()'s results, which now hold those
+    of the new inputs; the graph, to be kept alive while they are read)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        results = step()
+    for t in new_inputs:
+        t.copy_(make_tensor(t.shape, t.dtype, "cuda", gen=gen))
+    graph.replay()
+    torch.cuda.synchronize()
+    return results, graph
+
+
+# ---------------------------------------------------------------- drop-ins for torch.nn.Conv2d
+
+
+def check_drop_in_state_dict(ours: torch.nn.Module, theirs: torch.nn.Module, make_ours) -> None:
+    """`ours` (a customconv.nn module) stands in for `theirs` (the torch.nn
+    module built with the same arguments): an instance of its class with the
+    same parameter names and shapes, state_dict keys and extra_repr; theirs's
+    state_dict loads strictly into ours, values included, and so does the
+    state_dict of a fresh make_ours() into theirs."""
+    assert isinstance(ours, type(theirs))
+    assert [(n, p.shape) for n, p in ours.named_parameters()] == \
+        [(n, p.shape) for n, p in theirs.named_parameters()]
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert ours.extra_repr() == theirs.extra_repr()
+    result = ours.load_state_dict(theirs.state_dict(), strict=True)
+    assert not result.missing_keys and not result.unexpected_keys
+    for name, p in theirs.state_dict().items():
+        assert torch.equal(ours.state_dict()[name], p), name
+    # ... and the other way round, values included.
+    other = make_ours()
+    theirs.load_state_dict(other.state_dict(), strict=True)
+    for name, p in other.state_dict().items():
+        assert torch.equal(theirs.state_dict()[name], p), name
+
+
+def check_drop_in_matches(ours, theirs, size: Tuple[int, int], device: str, gen: torch.Generator,
+                          ctx: str) -> None:
+    """In float64, the output and the gradients of input and parameters of
+    `ours` match those of `theirs` (sharing its parameter values) to 1e-10 on a
+    batch of 2 inputs of `size`, with a transposed grad_output."""
+    x = make_tensor((2, ours.in_channels) + size, torch.float64, device, gen=gen, requires_grad=True)
+    out, ref = ours(x), theirs(x)
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10, msg=lambda m: f"{ctx}: output: {m}")
+    grad = make_tensor(ref.shape, torch.float64, device, "transposed", gen)
+    names = ["input"] + [n for n, _ in ours.named_parameters()]
+    g_ours = torch.autograd.grad(out, [x] + list(ours.parameters()), grad)
+    g_theirs = torch.autograd.grad(ref, [x] + list(theirs.parameters()), grad)
+    for name, a, b in zip(names, g_ours, g_theirs):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10,
+                                   msg=lambda m: f"{ctx}: grad of {name}: {m}")
+
+
+def check_float32_drop_in_matches_float64(ours, theirs64, size: Tuple[int, int], device: str,
+                                          gen: torch.Generator, seed: int) -> None:
+    """`ours` in float32 gives a float32 output within 1e-5 and gradients of
+    input and parameters within 1e-4 of `theirs64` (the float64 reference with
+    the same parameter values) on a batch of 3 inputs of `size`."""
+    x = make_tensor((3, ours.in_channels) + size, torch.float32, device, gen=gen, requires_grad=True)
+    x64 = x.detach().double().requires_grad_()
+    out, ref = ours(x), theirs64(x64)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    grad = make_tensor(ref.shape, torch.float32, device, gen=gen)
+    g_ours = torch.autograd.grad(out, [x] + list(ours.parameters()), grad)
+    g_ref = torch.autograd.grad(ref, [x64] + list(theirs64.parameters()), grad.double())
+    for a, b in zip(g_ours, g_ref):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4,
+                                   msg=lambda m: f"seed={seed}: {m}")
+
+
+def check_trains_alike(ours, theirs, input_shape, target_shape, device: str,
+                       gen: torch.Generator) -> None:
+    """Three steps of SGD with momentum on an MSE loss (new float64 inputs and
+    targets each step) keep the parameters of `ours` and `theirs` equal to 1e-10."""
+    opt_a = torch.optim.SGD(ours.parameters(), lr=0.05, momentum=0.9)
+    opt_b = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(3):
+        x = make_tensor(input_shape, torch.float64, device, gen=gen)
+        target = make_tensor(target_shape, torch.float64, device, gen=gen)
+        for m, opt in ((ours, opt_a), (theirs, opt_b)):
+            opt.zero_grad()
+            F.mse_loss(m(x), target).backward()
+            opt.step()
+    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=lambda m: f"{name}: {m}")
 
 
 # ---------------------------------------------------------------- a small known-good call
