@@ -17,15 +17,30 @@ std::vector<int64_t> as_pair(c10::IntArrayRef v) {
   return v.size() == 1 ? std::vector<int64_t>{v[0], v[0]} : v.vec();
 }
 
+// stride, padding and dilation of a convolution, kept for its backward.
+struct SavedWindow {
+  std::vector<int64_t> stride, padding, dilation;
+};
+
+void save_window(AutogradContext* ctx, c10::IntArrayRef stride, c10::IntArrayRef padding,
+                 c10::IntArrayRef dilation) {
+  ctx->saved_data["stride"] = as_pair(stride);
+  ctx->saved_data["padding"] = as_pair(padding);
+  ctx->saved_data["dilation"] = as_pair(dilation);
+}
+
+SavedWindow load_window(AutogradContext* ctx) {
+  return {ctx->saved_data["stride"].toIntVector(), ctx->saved_data["padding"].toIntVector(),
+          ctx->saved_data["dilation"].toIntVector()};
+}
+
 class Conv2dFunction : public torch::autograd::Function<Conv2dFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                             c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
     at::AutoDispatchBelowADInplaceOrView below;
-    ctx->saved_data["stride"] = as_pair(stride);
-    ctx->saved_data["padding"] = as_pair(padding);
-    ctx->saved_data["dilation"] = as_pair(dilation);
+    save_window(ctx, stride, padding, dilation);
     ctx->saved_data["groups"] = groups;
     ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
     ctx->save_for_backward({input, weight});
@@ -37,9 +52,7 @@ class Conv2dFunction : public torch::autograd::Function<Conv2dFunction> {
     const at::Tensor& input = saved[0];
     const at::Tensor& weight = saved[1];
     const at::Tensor go = grads[0];
-    const auto stride = ctx->saved_data["stride"].toIntVector();
-    const auto padding = ctx->saved_data["padding"].toIntVector();
-    const auto dilation = ctx->saved_data["dilation"].toIntVector();
+    const auto [stride, padding, dilation] = load_window(ctx);
     const int64_t groups = ctx->saved_data["groups"].toInt();
     at::Tensor gi, gw, gb;
     if (ctx->needs_input_grad(0)) {
@@ -61,9 +74,7 @@ class DepthwiseConv2dFunction : public torch::autograd::Function<DepthwiseConv2d
                             const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                             c10::IntArrayRef padding, c10::IntArrayRef dilation) {
     at::AutoDispatchBelowADInplaceOrView below;
-    ctx->saved_data["stride"] = as_pair(stride);
-    ctx->saved_data["padding"] = as_pair(padding);
-    ctx->saved_data["dilation"] = as_pair(dilation);
+    save_window(ctx, stride, padding, dilation);
     ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
     ctx->save_for_backward({input, weight});
     return customconv::depthwise_conv2d(input, weight, bias, stride, padding, dilation);
@@ -74,9 +85,7 @@ class DepthwiseConv2dFunction : public torch::autograd::Function<DepthwiseConv2d
     const at::Tensor& input = saved[0];
     const at::Tensor& weight = saved[1];
     const at::Tensor go = grads[0];
-    const auto stride = ctx->saved_data["stride"].toIntVector();
-    const auto padding = ctx->saved_data["padding"].toIntVector();
-    const auto dilation = ctx->saved_data["dilation"].toIntVector();
+    const auto [stride, padding, dilation] = load_window(ctx);
     at::Tensor gi, gw, gb;
     if (ctx->needs_input_grad(0)) {
       gi = detail::depthwise_conv2d_grad_input(go, input, weight, stride, padding, dilation);
@@ -158,18 +167,16 @@ class Im2colFunction : public torch::autograd::Function<Im2colFunction> {
         std::vector<int64_t>{input.sym_size(-2).guard_int(__FILE__, __LINE__),
                              input.sym_size(-1).guard_int(__FILE__, __LINE__)};
     ctx->saved_data["kernel_size"] = as_pair(kernel_size);
-    ctx->saved_data["stride"] = as_pair(stride);
-    ctx->saved_data["padding"] = as_pair(padding);
-    ctx->saved_data["dilation"] = as_pair(dilation);
+    save_window(ctx, stride, padding, dilation);
     return customconv::im2col(input, kernel_size, stride, padding, dilation);
   }
 
   // The adjoint of im2col is col2im (differentiable in turn).
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    at::Tensor gi = customconv::col2im(
-        grads[0], ctx->saved_data["image_size"].toIntVector(),
-        ctx->saved_data["kernel_size"].toIntVector(), ctx->saved_data["stride"].toIntVector(),
-        ctx->saved_data["padding"].toIntVector(), ctx->saved_data["dilation"].toIntVector());
+    const auto [stride, padding, dilation] = load_window(ctx);
+    at::Tensor gi =
+        customconv::col2im(grads[0], ctx->saved_data["image_size"].toIntVector(),
+                           ctx->saved_data["kernel_size"].toIntVector(), stride, padding, dilation);
     return {gi, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -182,18 +189,15 @@ class Col2imFunction : public torch::autograd::Function<Col2imFunction> {
                             c10::IntArrayRef dilation) {
     at::AutoDispatchBelowADInplaceOrView below;
     ctx->saved_data["kernel_size"] = as_pair(kernel_size);
-    ctx->saved_data["stride"] = as_pair(stride);
-    ctx->saved_data["padding"] = as_pair(padding);
-    ctx->saved_data["dilation"] = as_pair(dilation);
+    save_window(ctx, stride, padding, dilation);
     return customconv::col2im(columns, output_size, kernel_size, stride, padding, dilation);
   }
 
   // The adjoint of col2im is im2col (differentiable in turn).
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto [stride, padding, dilation] = load_window(ctx);
     at::Tensor gc = customconv::im2col(grads[0], ctx->saved_data["kernel_size"].toIntVector(),
-                                       ctx->saved_data["stride"].toIntVector(),
-                                       ctx->saved_data["padding"].toIntVector(),
-                                       ctx->saved_data["dilation"].toIntVector());
+                                       stride, padding, dilation);
     return {gc, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
