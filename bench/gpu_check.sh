@@ -2,7 +2,12 @@
 # On a GPU machine: configure, build (CUDA for one arch), run the whole ctest
 # suite with the CUDA tests live, and write logs and a summary to OUTDIR.
 #
-#   bash bench/gpu_check.sh OUTDIR   (env: PYTHON, CUDA_ARCHS=90, BUILD_DIR, PYTEST=0 skips pytest)
+#   bash bench/gpu_check.sh OUTDIR
+#
+# env: PYTHON, CUDA_ARCHS=90, BUILD_DIR; TARGET (build only that target, e.g.
+# customconv); CTEST=0 skips ctest; PYTEST=0 skips pytest; PYTEST_FILES (a
+# glob, default tests/python/test_*.py); BENCH_OPS (e.g. depthwise,filter2d)
+# also runs bench/bench.py on them, writing OUTDIR/bench/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=$(realpath -m "${1:-gpu-results}")
@@ -27,13 +32,16 @@ step() {  # step NAME COMMAND...: runs COMMAND with output in OUT/NAME.log, prin
 step configure cmake -S . -B "$BUILD" -G Ninja -DCUSTOMCONV_CUDA=ON \
   -DCUSTOMCONV_BUILD_TESTS=ON -DCUSTOMCONV_BUILD_DEMO=ON \
   -DCUSTOMCONV_CUDA_ARCHS="${CUDA_ARCHS:-90}" -DCUSTOMCONV_PYTHON="$PY" || exit 1
-step build cmake --build "$BUILD" -j "$(nproc)" || { tail -40 "$OUT/build.log"; exit 1; }
+step build cmake --build "$BUILD" -j "$(nproc)" ${TARGET:+--target "$TARGET"} ||
+  { tail -40 "$OUT/build.log"; exit 1; }
 # The pytest files run once, directly and one process per file (so their
 # pass/skip counts show and a crash loses one file only); ctest runs the rest.
-step ctest ctest --test-dir "$BUILD" -j 4 -E '^python\.' --output-on-failure
+if [ "${CTEST:-1}" != 0 ]; then
+  step ctest ctest --test-dir "$BUILD" -j 4 -E '^python\.' --output-on-failure
+fi
 run_pytest() {
   local rc=0 f
-  for f in tests/python/test_*.py; do
+  for f in ${PYTEST_FILES:-tests/python/test_*.py}; do
     echo "==== $f"
     env PYTHONPATH="$PWD/python_stub" CUSTOMCONV_LIBRARY="$PWD/$BUILD/libcustomconv.so" \
       "$PY" -X faulthandler -m pytest -q -rs -p no:cacheprovider "$f" || rc=$?
@@ -41,10 +49,18 @@ run_pytest() {
   return $rc
 }
 if [ "${PYTEST:-1}" != 0 ]; then step pytest run_pytest; fi
+if [ -n "${BENCH_OPS:-}" ]; then
+  step bench env CUSTOMCONV_LIBRARY="$PWD/$BUILD/libcustomconv.so" \
+    "$PY" bench/bench.py --device cuda --ops "$BENCH_OPS" --out "$OUT/bench"
+fi
 
 echo "---- failed or skipped tests" >> "$OUT/summary.txt"
-grep -E "\*\*\*Failed|Not Run|\*\*\*Skipped|Exception" "$OUT/ctest.log" >> "$OUT/summary.txt"
-grep -E "tests passed|Total Test time" "$OUT/ctest.log" >> "$OUT/summary.txt"
+if [ -f "$OUT/ctest.log" ]; then
+  grep -E "\*\*\*Failed|Not Run|\*\*\*Skipped|Exception" "$OUT/ctest.log" >> "$OUT/summary.txt"
+  grep -E "tests passed|Total Test time" "$OUT/ctest.log" >> "$OUT/summary.txt"
+fi
 [ -f "$OUT/pytest.log" ] && grep -E "^FAILED|^ERROR|Fatal Python|Segmentation" "$OUT/pytest.log" | head -40 >> "$OUT/summary.txt"
 [ -f "$OUT/pytest.log" ] && grep -E "^==== |passed|failed" "$OUT/pytest.log" | grep -v "^FAILED" >> "$OUT/summary.txt"
 cat "$OUT/summary.txt"
+[ -f "$OUT/bench/cuda.md" ] && grep -A100 "^Geometric-mean" "$OUT/bench/cuda.md"
+exit 0

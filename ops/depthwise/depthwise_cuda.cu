@@ -1,7 +1,10 @@
 #include "ops/depthwise/depthwise.h"
 
 #include "ops/common/launch.h"
+#include "ops/common/plane_correlation.cuh"
+#include "ops/common/plane_weight_grad.cuh"
 
+#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -17,6 +20,9 @@ constexpr int kThreads = 256;
 struct Dims {
   int64_t n, c, h, w, mult, oh, ow;
 };
+
+// Direct kernels, for geometries the tiled engines do not take (shared memory
+// or index range exceeded).
 
 // One thread per output element (image, output channel, y, x), neighbouring
 // threads along x; each sums its kh*kw taps in opmath precision.
@@ -129,18 +135,101 @@ Dims dims_of(const at::Tensor& input, const at::Tensor& out_like, int64_t mult) 
           mult,          out_like.size(2), out_like.size(3)};
 }
 
+// The window and plane sizes as the engines' ints, or false when any is too
+// large for them.
+bool engine_geometry(const Dims& d, const Window2d& k, int (&v)[12]) {
+  const int64_t all[12] = {d.h, d.w, d.oh, d.ow, k.kh, k.kw, k.sh, k.sw, k.ph, k.pw, k.dh, k.dw};
+  for (int i = 0; i < 12; ++i) {
+    if (all[i] >= (int64_t{1} << 30)) return false;
+    v[i] = static_cast<int>(all[i]);
+  }
+  return true;
+}
+
+// out (N, C*m) planes = correlation of input plane oc / m with taps oc.
+bool forward_tiled(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                   const at::Tensor& output, const Dims& d, const Window2d& k,
+                   cudaStream_t stream) {
+  int v[12];
+  if (!engine_geometry(d, k, v)) return false;
+  const int64_t kc = d.c * d.mult;
+  const PlaneCorrelation g{d.n * kc, 1, 1, d.mult, 0, 1, kc, 0, kc,
+                           v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
+                           false};
+  bool done = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cuda", [&] {
+        done = launch_plane_correlation<scalar_t>(
+            input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+            bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr,
+            output.data_ptr<scalar_t>(), g, ZeroBorder<scalar_t>{}, stream);
+      });
+  return done;
+}
+
+// Stride 1: the input gradient is the grad output correlated with the rotated
+// taps, padded by dilation*(k-1) - padding; channel c sums its m output planes.
+bool grad_input_tiled(const at::Tensor& grad_output, const at::Tensor& weight,
+                      const at::Tensor& grad_input, const Dims& d, const Window2d& k,
+                      cudaStream_t stream) {
+  int v[12];
+  if (k.sh != 1 || k.sw != 1 || !engine_geometry(d, k, v)) return false;
+  const int64_t kc = d.c * d.mult;
+  const PlaneCorrelation g{d.n * d.c, d.mult, d.mult, 1, 1, d.mult, kc, 1, 1,
+                           v[2], v[3], v[0], v[1], v[4], v[5], 1, 1,
+                           static_cast<int>((k.kh - 1) * k.dh - k.ph),
+                           static_cast<int>((k.kw - 1) * k.dw - k.pw), v[10], v[11], true};
+  bool done = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cuda",
+      [&] {
+        done = launch_plane_correlation<scalar_t>(
+            grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(), nullptr,
+            grad_input.data_ptr<scalar_t>(), g, ZeroBorder<scalar_t>{}, stream);
+      });
+  return done;
+}
+
+bool grad_weight_tiled(const at::Tensor& grad_output, const at::Tensor& input,
+                       const at::Tensor& grad_weight, const Dims& d, const Window2d& k,
+                       cudaStream_t stream) {
+  int v[12];
+  if (!engine_geometry(d, k, v)) return false;
+  const int64_t kc = d.c * d.mult;
+  const PlaneWeightGrad g{kc,   d.n,  kc,   d.c,  d.mult, v[0], v[1], v[2],  v[3],  v[4],
+                          v[5], v[6], v[7], v[8], v[9],   v[10], v[11]};
+  bool done = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_grad_weight_cuda", [&] {
+        using acc_t = at::opmath_type<scalar_t>;
+        const WeightGradPlan p = plan_weight_grad<acc_t>(g);
+        if (!p.ok) return;
+        const at::Tensor partial =
+            at::empty({kc * p.chunks * k.kh * k.kw},
+                      input.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+        launch_plane_weight_grad<scalar_t>(
+            grad_output.const_data_ptr<scalar_t>(), input.const_data_ptr<scalar_t>(),
+            partial.mutable_data_ptr<acc_t>(), grad_weight.data_ptr<scalar_t>(), g, p,
+            ZeroBorder<scalar_t>{}, stream);
+        done = true;
+      });
+  return done;
+}
+
 void forward_cuda(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                   const at::Tensor& output, const Window2d& win, int64_t mult) {
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t total = output.numel();
   if (total == 0) return;
   auto stream = at::cuda::getCurrentCUDAStream();
+  const Dims d = dims_of(input, output, mult);
+  if (forward_tiled(input, weight, bias, output, d, win, stream)) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cuda", [&] {
         forward_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
             input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
             bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, output.data_ptr<scalar_t>(),
-            total, dims_of(input, output, mult), win);
+            total, d, win);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
 }
@@ -151,11 +240,13 @@ void grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& weight,
   const int64_t total = grad_input.numel();
   if (total == 0) return;
   auto stream = at::cuda::getCurrentCUDAStream();
+  const Dims d = dims_of(grad_input, grad_output, mult);
+  if (grad_input_tiled(grad_output, weight, grad_input, d, win, stream)) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cuda", [&] {
         grad_input_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
             grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-            grad_input.data_ptr<scalar_t>(), total, dims_of(grad_input, grad_output, mult), win);
+            grad_input.data_ptr<scalar_t>(), total, d, win);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
 }
@@ -165,13 +256,15 @@ void grad_weight_cuda(const at::Tensor& grad_output, const at::Tensor& input,
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t blocks = grad_weight.numel();
   if (blocks == 0) return;
-  TORCH_CHECK(blocks < (int64_t{1} << 31), "depthwise_conv2d_grad_weight: weight too large");
   auto stream = at::cuda::getCurrentCUDAStream();
+  const Dims d = dims_of(input, grad_output, mult);
+  if (grad_weight_tiled(grad_output, input, grad_weight, d, win, stream)) return;
+  TORCH_CHECK(blocks < (int64_t{1} << 31), "depthwise_conv2d_grad_weight: weight too large");
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_grad_weight_cuda", [&] {
         grad_weight_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
             grad_output.const_data_ptr<scalar_t>(), input.const_data_ptr<scalar_t>(),
-            grad_weight.data_ptr<scalar_t>(), dims_of(input, grad_output, mult), win);
+            grad_weight.data_ptr<scalar_t>(), d, win);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
 }

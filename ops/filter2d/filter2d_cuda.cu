@@ -1,6 +1,8 @@
 #include "ops/filter2d/adjoint.h"
 
 #include "ops/common/launch.h"
+#include "ops/common/plane_correlation.cuh"
+#include "ops/common/plane_weight_grad.cuh"
 #include "ops/filter2d/border.h"
 #include "ops/filter2d/filter2d.h"
 
@@ -16,56 +18,28 @@ namespace customconv {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTileW = 32, kTileH = 16;   // outputs per block of the tiled kernel
-constexpr int kBlockX = 32, kBlockY = 8;  // its threads
-constexpr int64_t kMaxSharedBytes = 48 * 1024;
-
-// Tiled forward. Block (32, 8) computes a 32 x 16 tile of outputs of one plane
-// (grid z strides over planes): the block stages the taps and the tile with its
-// halo in shared memory, resolving the border while loading (no padded copy),
-// then each thread computes two output rows from shared memory. The taps come
-// from device memory, so the launch is stream-ordered and graph-safe.
+// filter2d's padded plane as the engines' loader: the border mode inside the
+// padding, zero beyond it (read only by samples whose results are dropped).
 template <typename T>
-__global__ void __launch_bounds__(kBlockX* kBlockY)
-    forward_tiled_kernel(const T* __restrict__ in, const T* __restrict__ kern, T* __restrict__ out,
-                         int64_t planes, int64_t h, int64_t w, Filter2dShape s) {
-  using acc_t = at::opmath_type<T>;
-  extern __shared__ unsigned char smem[];
-  acc_t* taps = reinterpret_cast<acc_t*>(smem);
-  acc_t* tile = taps + s.kh * s.kw;
-  const int tid = threadIdx.y * kBlockX + threadIdx.x;
-  constexpr int nthreads = kBlockX * kBlockY;
-  const int tile_w = kTileW + static_cast<int>(s.kw) - 1;
-  const int tile_h = kTileH + static_cast<int>(s.kh) - 1;
-  for (int t = tid; t < s.kh * s.kw; t += nthreads) taps[t] = static_cast<acc_t>(kern[t]);
-  const int64_t x0 = int64_t(blockIdx.x) * kTileW, y0 = int64_t(blockIdx.y) * kTileH;
-  for (int64_t p = blockIdx.z; p < planes; p += gridDim.z) {
-    const T* plane = in + p * h * w;
-    __syncthreads();  // the previous plane's tile is no longer read
-    for (int t = tid; t < tile_h * tile_w; t += nthreads) {
-      const int64_t gy = y0 + t / tile_w - s.ph, gx = x0 + t % tile_w - s.pw;
-      acc_t v = 0;
-      // Positions beyond the halo of any valid output are never read.
-      if (gy >= -s.ph && gy < h + s.ph && gx >= -s.pw && gx < w + s.pw) {
-        const int64_t sy = border_index(gy, h, s.border), sx = border_index(gx, w, s.border);
-        if (sy >= 0 && sx >= 0) v = static_cast<acc_t>(plane[sy * w + sx]);
-      }
-      tile[t] = v;
-    }
-    __syncthreads();
-    const int64_t x = x0 + threadIdx.x;
-    for (int r = threadIdx.y; r < kTileH; r += kBlockY) {
-      const int64_t y = y0 + r;
-      if (y >= h || x >= w) continue;
-      acc_t acc = 0;
-      for (int i = 0; i < s.kh; ++i) {
-        const acc_t* trow = tile + (r + i) * tile_w + threadIdx.x;
-        const acc_t* krow = taps + i * s.kw;
-        for (int j = 0; j < s.kw; ++j) acc += krow[j] * trow[j];
-      }
-      out[(p * h + y) * w + x] = static_cast<T>(acc);
-    }
+struct BorderLoad {
+  Border mode;
+  int ph, pw;
+  __device__ at::opmath_type<T> operator()(const T* plane, int y, int x, int h, int w) const {
+    using acc_t = at::opmath_type<T>;
+    if (y < -ph || y >= h + ph || x < -pw || x >= w + pw) return acc_t(0);
+    const int64_t sy = border_index(y, h, mode), sx = border_index(x, w, mode);
+    return sy >= 0 && sx >= 0 ? static_cast<acc_t>(plane[sy * w + sx]) : acc_t(0);
   }
+};
+
+// Plane sizes and kernel as the engines' ints, or false when too large.
+bool engine_sizes(int64_t h, int64_t w, const Filter2dShape& s, int (&v)[6]) {
+  const int64_t all[6] = {h, w, s.kh, s.kw, s.ph, s.pw};
+  for (int i = 0; i < 6; ++i) {
+    if (all[i] >= (int64_t{1} << 30)) return false;
+    v[i] = static_cast<int>(all[i]);
+  }
+  return true;
 }
 
 // Generic forward for kernels too large for the tiled one: one thread per
@@ -104,6 +78,37 @@ __global__ void __launch_bounds__(kThreads)
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t x = idx % w, y = (idx / w) % h, p = idx / (w * h);
     gi[idx] =
+        static_cast<T>(filter2d_input_gradient<T, acc_t>(go + p * h * w, kern, y, x, h, w, s));
+  }
+}
+
+// The samples within `bh` rows or `bw` columns of a plane's edge (where the
+// border folds extra gradient back), one thread each, enumerated as the top
+// and bottom bands of full rows, then the left and right bands of the rows
+// between; each gathers its whole gradient with filter2d_input_gradient.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    grad_input_band_kernel(const T* __restrict__ go, const T* __restrict__ kern,
+                           T* __restrict__ gi, int64_t planes, int64_t h, int64_t w, int64_t bh,
+                           int64_t bw, Filter2dShape s) {
+  using acc_t = at::opmath_type<T>;
+  const int64_t rows_part = 2 * bh * w, cols_part = (h - 2 * bh) * 2 * bw;
+  const int64_t per_plane = rows_part + cols_part;
+  const int64_t total = planes * per_plane;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t p = idx / per_plane, e = idx % per_plane;
+    int64_t y, x;
+    if (e < rows_part) {
+      const int64_t r = e / w;
+      y = r < bh ? r : h - 2 * bh + r;
+      x = e % w;
+    } else {
+      const int64_t c = (e - rows_part) % (2 * bw);
+      y = bh + (e - rows_part) / (2 * bw);
+      x = c < bw ? c : w - 2 * bw + c;
+    }
+    gi[(p * h + y) * w + x] =
         static_cast<T>(filter2d_input_gradient<T, acc_t>(go + p * h * w, kern, y, x, h, w, s));
   }
 }
@@ -166,37 +171,61 @@ void forward_cuda(const at::Tensor& planes, const at::Tensor& kernel, const at::
   const c10::cuda::CUDAGuard guard(planes.device());
   const int64_t n = planes.size(0), h = planes.size(1), w = planes.size(2);
   auto stream = at::cuda::getCurrentCUDAStream();
+  int v[6];
+  const bool sizes_ok = engine_sizes(h, w, s, v);
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, planes.scalar_type(), "filter2d_cuda", [&] {
-        using acc_t = at::opmath_type<scalar_t>;
-        const int64_t smem = (s.kh * s.kw + (kTileH + s.kh - 1) * (kTileW + s.kw - 1)) *
-                             static_cast<int64_t>(sizeof(acc_t));
-        const int64_t grid_y = (h + kTileH - 1) / kTileH;
-        if (smem <= kMaxSharedBytes && grid_y <= 65535) {
-          const dim3 grid((w + kTileW - 1) / kTileW, grid_y, std::min<int64_t>(n, 65535));
-          forward_tiled_kernel<scalar_t><<<grid, dim3(kBlockX, kBlockY), smem, stream>>>(
-              planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
-              out.data_ptr<scalar_t>(), n, h, w, s);
-        } else {
-          const int64_t total = out.numel();
-          forward_direct_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
-              planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
-              out.data_ptr<scalar_t>(), total, h, w, s);
+        if (sizes_ok) {
+          const PlaneCorrelation g{n,    1,    1,    1,    0,    1, 1, 0, 1, v[0], v[1], v[0],
+                                   v[1], v[2], v[3], 1,    1,    v[4], v[5], 1, 1, false};
+          if (launch_plane_correlation<scalar_t>(
+                  planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(), nullptr,
+                  out.data_ptr<scalar_t>(), g, BorderLoad<scalar_t>{s.border, v[4], v[5]}, stream))
+            return;
         }
+        const int64_t total = out.numel();
+        forward_direct_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
+            planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
+            out.data_ptr<scalar_t>(), total, h, w, s);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
 }
 
+// The zero-border adjoint is the grad output correlated with the rotated
+// kernel; other borders add the folded gradient near the edges, so the samples
+// there are then recomputed whole by the band kernel.
 void grad_input_cuda(const at::Tensor& grad_out, const at::Tensor& kernel,
                      const at::Tensor& grad_in, const Filter2dShape& s) {
   const c10::cuda::CUDAGuard guard(grad_out.device());
+  const int64_t n = grad_out.size(0), h = grad_out.size(1), w = grad_out.size(2);
   const int64_t total = grad_in.numel();
+  const int64_t bh = s.border == Border::Zeros ? 0 : s.ph + 1;
+  const int64_t bw = s.border == Border::Zeros ? 0 : s.pw + 1;
   auto stream = at::cuda::getCurrentCUDAStream();
+  int v[6];
+  const bool sizes_ok = engine_sizes(h, w, s, v) && 2 * bh < h && 2 * bw < w;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, grad_out.scalar_type(), "filter2d_grad_input_cuda", [&] {
+        if (sizes_ok) {
+          const PlaneCorrelation g{n,    1,    1,    1,    0,    1,    1,    0,    1,    v[0], v[1],
+                                   v[0], v[1], v[2], v[3], 1,    1,    v[2] - 1 - v[4],
+                                   v[3] - 1 - v[5], 1, 1, true};
+          if (launch_plane_correlation<scalar_t>(
+                  grad_out.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(), nullptr,
+                  grad_in.data_ptr<scalar_t>(), g, ZeroBorder<scalar_t>{}, stream)) {
+            if (bh > 0) {
+              const int64_t band = n * (2 * bh * w + (h - 2 * bh) * 2 * bw);
+              grad_input_band_kernel<scalar_t><<<blocks_for(band, kThreads), kThreads, 0, stream>>>(
+                  grad_out.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
+                  grad_in.data_ptr<scalar_t>(), n, h, w, bh, bw, s);
+              C10_CUDA_KERNEL_LAUNCH_CHECK();
+            }
+            return;
+          }
+        }
         grad_input_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
             grad_out.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
-            grad_in.data_ptr<scalar_t>(), total, grad_out.size(1), grad_out.size(2), s);
+            grad_in.data_ptr<scalar_t>(), total, h, w, s);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
 }
@@ -213,9 +242,25 @@ void grad_kernel_cuda(const at::Tensor& grad_out, const at::Tensor& planes,
   const int64_t chunks =
       std::clamp<int64_t>(total_rows * w / 65536, 1, std::min<int64_t>(256, total_rows));
   auto stream = at::cuda::getCurrentCUDAStream();
+  int v[6];
+  const bool sizes_ok = engine_sizes(h, w, s, v);
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, planes.scalar_type(), "filter2d_grad_kernel_cuda", [&] {
         using acc_t = at::opmath_type<scalar_t>;
+        if (sizes_ok) {
+          const PlaneWeightGrad g{1,    planes.size(0), 1, 1, 1, v[0], v[1], v[0], v[1],
+                                  v[2], v[3],           1, 1, v[4], v[5], 1, 1};
+          const WeightGradPlan p = plan_weight_grad<acc_t>(g);
+          if (p.ok) {
+            const at::Tensor partial = at::empty(
+                {p.chunks * taps}, planes.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+            launch_plane_weight_grad<scalar_t>(
+                grad_out.const_data_ptr<scalar_t>(), planes.const_data_ptr<scalar_t>(),
+                partial.mutable_data_ptr<acc_t>(), grad_kernel.data_ptr<scalar_t>(), g, p,
+                BorderLoad<scalar_t>{s.border, v[4], v[5]}, stream);
+            return;
+          }
+        }
         const at::Tensor partial = at::empty(
             {taps * chunks}, planes.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
         grad_kernel_partial_kernel<scalar_t><<<dim3(chunks, taps), kThreads, 0, stream>>>(

@@ -1,0 +1,277 @@
+// Shared-memory tiled CUDA engine for batches of independent 2-D correlations
+// of planes (depthwise convolution and its input gradient, filter2d). Each
+// output plane p sums `fan` correlations:
+//
+//   out[p](y, x) = sum_r sum_{i,j} taps_r(i, j) * in_r(y*sh - ph + i*dh, x*sw - pw + j*dw)
+//
+// where in_r is input plane  p*in_mul/in_div + r*in_fan_stride (read through a
+// Loader that supplies the border), and taps_r is weight plane
+// (p*w_mul) % w_mod + r*w_fan_stride, rotated by 180 degrees when `flip` is set.
+#pragma once
+
+#include <ATen/OpMathType.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+namespace customconv {
+
+struct PlaneCorrelation {
+  int64_t out_planes;
+  int64_t fan;  // input planes summed into each output plane
+  int64_t in_mul, in_div, in_fan_stride;
+  int64_t w_mul, w_mod, w_fan_stride;
+  int64_t bias_mod;  // output plane p adds bias[p % bias_mod]
+  int in_h, in_w, out_h, out_w;
+  int kh, kw, sh, sw, ph, pw, dh, dw;
+  bool flip;
+};
+
+// Zero outside the plane (convolution padding).
+template <typename T>
+struct ZeroBorder {
+  __device__ at::opmath_type<T> operator()(const T* plane, int y, int x, int h, int w) const {
+    using acc_t = at::opmath_type<T>;
+    return static_cast<unsigned>(y) < static_cast<unsigned>(h) &&
+                   static_cast<unsigned>(x) < static_cast<unsigned>(w)
+               ? static_cast<acc_t>(plane[int64_t(y) * w + x])
+               : acc_t(0);
+  }
+};
+
+namespace plane_detail {
+
+constexpr int kThreads = 256;
+constexpr int kMaxSharedBytes = 48 * 1024;
+
+// Shared-memory row pitch: at least `cols`, and 1 (mod 4) so that the 4
+// row-groups of a warp (8 threads x 4 columns each) fall on distinct banks.
+__host__ __device__ inline int pitch_for(int cols) { return cols + ((1 - cols) & 3); }
+
+struct Geometry {
+  int tx, ty, tz;  // block threads: along x (4 outputs each), along y (kRows each), planes
+  int rows, cols, pitch, kwp;
+  int64_t shared_bytes;
+};
+
+inline int pow2_at_least(int64_t v, int cap) {
+  int p = 1;
+  while (p < v && p < cap) p <<= 1;
+  return p;
+}
+
+template <typename Acc>
+inline bool plan(const PlaneCorrelation& g, int k_rows, Geometry& geo) {
+  geo.tx = pow2_at_least((g.out_w + 3) / 4, 8);
+  geo.ty = pow2_at_least((g.out_h + k_rows - 1) / k_rows, kThreads / geo.tx);
+  geo.tz = kThreads / (geo.tx * geo.ty);
+  geo.kwp = (g.kw + 3) & ~3;
+  for (;;) {
+    geo.rows = (geo.ty * k_rows - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+    geo.cols = (geo.tx * 4 - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+    geo.pitch = pitch_for(geo.cols);
+    geo.shared_bytes =
+        int64_t(geo.tz) * (int64_t(g.kh) * geo.kwp + int64_t(geo.rows) * geo.pitch) * sizeof(Acc);
+    if (geo.shared_bytes <= kMaxSharedBytes) return true;
+    if (geo.tz > 1) {
+      geo.tz /= 2;
+    } else if (geo.ty > 1) {
+      geo.ty /= 2;
+    } else if (geo.tx > 1) {
+      geo.tx /= 2;
+    } else {
+      return false;
+    }
+  }
+}
+
+// Every coordinate the engine forms fits in an int with room to spare.
+inline bool fits_int(const PlaneCorrelation& g) {
+  constexpr int64_t lim = int64_t{1} << 30;
+  const int64_t span_y = int64_t(g.out_h + 64) * g.sh + int64_t(g.kh) * g.dh + std::abs(g.ph);
+  const int64_t span_x = int64_t(g.out_w + 64) * g.sw + int64_t(g.kw + 4) * g.dw + std::abs(g.pw);
+  return g.in_h < lim && g.in_w < lim && span_y < lim && span_x < lim;
+}
+
+template <typename Acc>
+__device__ inline void load4(const Acc* p, Acc& a, Acc& b, Acc& c, Acc& d) {
+  if constexpr (std::is_same<Acc, float>::value) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    a = v.x, b = v.y, c = v.z, d = v.w;
+  } else {
+    a = p[0], b = p[1], c = p[2], d = p[3];
+  }
+}
+
+// Block (tx, ty, tz): grid x walks the output tiles of (tx*4) x (ty*kRows)
+// samples, grid y (striding) walks groups of tz output planes. The block stages
+// each plane's taps and input tile (with halo, border resolved by the Loader)
+// in shared memory; thread (x, y, z) then computes a 4-wide, kRows-tall patch
+// of plane z. kUnit (stride and dilation 1) keeps a row of 7 inputs in
+// registers for 4 taps x 4 outputs and reuses it for kRows output rows.
+template <typename T, typename Loader, int kRows, bool kUnit>
+__global__ void __launch_bounds__(kThreads)
+    plane_correlation_kernel(const T* __restrict__ in, const T* __restrict__ weight,
+                             const T* __restrict__ bias, T* __restrict__ out, PlaneCorrelation g,
+                             Loader load, int tiles_x, int rows, int cols, int pitch) {
+  using acc_t = at::opmath_type<T>;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  acc_t* shared = reinterpret_cast<acc_t*>(shared_raw);
+  const int bx = blockDim.x, by = blockDim.y, bz = blockDim.z;
+  const int tid = threadIdx.x + bx * (threadIdx.y + by * threadIdx.z);
+  const int nthreads = bx * by * bz;
+  const int kwp = (g.kw + 3) & ~3;
+  const int tap_count = g.kh * kwp;
+  const int tile_count = rows * pitch;
+  acc_t* tiles = shared + bz * tap_count;
+  const acc_t* my_taps = shared + threadIdx.z * tap_count;
+  const acc_t* my_tile = tiles + threadIdx.z * tile_count;
+  const int ox0 = (blockIdx.x % tiles_x) * bx * 4, oy0 = (blockIdx.x / tiles_x) * by * kRows;
+  const int gx0 = ox0 * g.sw - g.pw, gy0 = oy0 * g.sh - g.ph;
+  const int tx4 = threadIdx.x * 4, tyr = threadIdx.y * kRows;
+  const int64_t in_plane_size = int64_t(g.in_h) * g.in_w;
+
+  for (int64_t base = int64_t(blockIdx.y) * bz; base < g.out_planes;
+       base += int64_t(gridDim.y) * bz) {
+    acc_t acc[kRows][4];
+#pragma unroll
+    for (int rr = 0; rr < kRows; ++rr)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[rr][r] = acc_t(0);
+
+    for (int64_t f = 0; f < g.fan; ++f) {
+      __syncthreads();  // the previous tiles are no longer read
+      for (int t = tid; t < bz * tap_count; t += nthreads) {
+        const int z = t / tap_count, k = t - z * tap_count, i = k / kwp, j = k - i * kwp;
+        const int64_t p = base + z;
+        acc_t v = 0;
+        if (p < g.out_planes && j < g.kw) {
+          const int64_t wp = (p * g.w_mul) % g.w_mod + f * g.w_fan_stride;
+          const int si = g.flip ? g.kh - 1 - i : i, sj = g.flip ? g.kw - 1 - j : j;
+          v = static_cast<acc_t>(weight[(wp * g.kh + si) * g.kw + sj]);
+        }
+        shared[t] = v;
+      }
+      for (int t = tid; t < bz * tile_count; t += nthreads) {
+        const int z = t / tile_count, e = t - z * tile_count, row = e / pitch, col = e - row * pitch;
+        const int64_t p = base + z;
+        acc_t v = 0;
+        // Columns past `cols` are never read by a valid output: zero, so no
+        // stray Inf can meet a padded tap.
+        if (p < g.out_planes && col < cols) {
+          const int64_t ip = p * g.in_mul / g.in_div + f * g.in_fan_stride;
+          v = load(in + ip * in_plane_size, gy0 + row, gx0 + col, g.in_h, g.in_w);
+        }
+        tiles[t] = v;
+      }
+      __syncthreads();
+
+      if constexpr (kUnit) {
+        for (int ir = 0; ir < g.kh + kRows - 1; ++ir) {
+          const acc_t* srow = my_tile + (tyr + ir) * pitch + tx4;
+          int jc = 0;
+          for (; jc + 4 <= g.kw; jc += 4) {
+            acc_t b[7];
+#pragma unroll
+            for (int q = 0; q < 7; ++q) b[q] = srow[jc + q];
+#pragma unroll
+            for (int rr = 0; rr < kRows; ++rr) {
+              const int i = ir - rr;
+              if (i < 0 || i >= g.kh) continue;
+              acc_t w0, w1, w2, w3;
+              load4(my_taps + i * kwp + jc, w0, w1, w2, w3);
+#pragma unroll
+              for (int r = 0; r < 4; ++r) {
+                acc[rr][r] += w0 * b[r];
+                acc[rr][r] += w1 * b[r + 1];
+                acc[rr][r] += w2 * b[r + 2];
+                acc[rr][r] += w3 * b[r + 3];
+              }
+            }
+          }
+          for (; jc < g.kw; ++jc) {
+            acc_t b[4];
+#pragma unroll
+            for (int r = 0; r < 4; ++r) b[r] = srow[jc + r];
+#pragma unroll
+            for (int rr = 0; rr < kRows; ++rr) {
+              const int i = ir - rr;
+              if (i < 0 || i >= g.kh) continue;
+              const acc_t w = my_taps[i * kwp + jc];
+#pragma unroll
+              for (int r = 0; r < 4; ++r) acc[rr][r] += w * b[r];
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int rr = 0; rr < kRows; ++rr) {
+          for (int i = 0; i < g.kh; ++i) {
+            const acc_t* srow = my_tile + ((tyr + rr) * g.sh + i * g.dh) * pitch + tx4 * g.sw;
+            for (int j = 0; j < g.kw; ++j) {
+              const acc_t w = my_taps[i * kwp + j];
+              const acc_t* s = srow + j * g.dw;
+#pragma unroll
+              for (int r = 0; r < 4; ++r) acc[rr][r] += w * s[r * g.sw];
+            }
+          }
+        }
+      }
+    }
+
+    const int64_t p = base + threadIdx.z;
+    if (p < g.out_planes) {
+      const acc_t b = bias ? static_cast<acc_t>(bias[p % g.bias_mod]) : acc_t(0);
+      T* op = out + p * int64_t(g.out_h) * g.out_w;
+#pragma unroll
+      for (int rr = 0; rr < kRows; ++rr) {
+        const int y = oy0 + tyr + rr;
+        if (y >= g.out_h) break;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int x = ox0 + tx4 + r;
+          if (x < g.out_w) op[int64_t(y) * g.out_w + x] = static_cast<T>(acc[rr][r] + b);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace plane_detail
+
+// Runs the engine on `stream`; returns false (launching nothing) when the
+// geometry does not fit it (shared memory, index range), so the caller can
+// use a direct kernel instead. bias may be null.
+template <typename T, typename Loader>
+bool launch_plane_correlation(const T* in, const T* weight, const T* bias, T* out,
+                              const PlaneCorrelation& g, Loader load, cudaStream_t stream) {
+  using namespace plane_detail;
+  using acc_t = at::opmath_type<T>;
+  if (g.out_planes == 0 || g.out_h == 0 || g.out_w == 0) return true;
+  if (!fits_int(g)) return false;
+  const bool unit = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1;
+  const int k_rows = unit ? 2 : 1;
+  Geometry geo{};
+  if (!plan<acc_t>(g, k_rows, geo)) return false;
+  const int64_t tiles_x = (g.out_w + geo.tx * 4 - 1) / (geo.tx * 4);
+  const int64_t tiles_y = (g.out_h + geo.ty * k_rows - 1) / (geo.ty * k_rows);
+  if (tiles_x * tiles_y >= (int64_t{1} << 31)) return false;
+  const int64_t groups = (g.out_planes + geo.tz - 1) / geo.tz;
+  const dim3 grid(static_cast<unsigned>(tiles_x * tiles_y),
+                  static_cast<unsigned>(std::min<int64_t>(groups, 65535)));
+  const dim3 block(geo.tx, geo.ty, geo.tz);
+  if (unit) {
+    plane_correlation_kernel<T, Loader, 2, true><<<grid, block, geo.shared_bytes, stream>>>(
+        in, weight, bias, out, g, load, static_cast<int>(tiles_x), geo.rows, geo.cols, geo.pitch);
+  } else {
+    plane_correlation_kernel<T, Loader, 1, false><<<grid, block, geo.shared_bytes, stream>>>(
+        in, weight, bias, out, g, load, static_cast<int>(tiles_x), geo.rows, geo.cols, geo.pitch);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
+}  // namespace customconv

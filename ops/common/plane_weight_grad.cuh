@@ -1,0 +1,210 @@
+// Deterministic CUDA engine for the weight gradient of batched plane
+// correlations (depthwise convolution, filter2d): for each weight plane wp,
+//
+//   gw[wp](i, j) = sum_t sum_{y,x} go_t(y, x) * in_t(y*sh - ph + i*dh, x*sw - pw + j*dw)
+//
+// over terms t, where go_t is grad-output plane t*go_term_stride + wp and in_t is
+// input plane t*in_term_stride + wp/mult (read through a Loader that supplies
+// the border). Stage 1 writes one fp32/fp64 partial sum per (weight plane,
+// chunk of work, tap); stage 2 adds the chunks in order. No atomics: the
+// result is bitwise reproducible.
+#pragma once
+
+#include <ATen/OpMathType.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ops/common/plane_correlation.cuh"
+
+namespace customconv {
+
+struct PlaneWeightGrad {
+  int64_t weight_planes, terms;
+  int64_t go_term_stride, in_term_stride, mult;
+  int in_h, in_w, out_h, out_w;
+  int kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+namespace plane_detail {
+
+constexpr int kGradThreads = 256;
+constexpr int kMaxGroupsPerThread = 4;  // tap quads a thread can own
+constexpr int kTargetBlocks = 1024;     // stage-1 blocks aimed for (from shapes only)
+
+// Block of 256 threads on weight plane blockIdx.x, chunk blockIdx.y of its
+// work units (term, tile of GY x GX grad-output samples). Per unit the block
+// stages the grad-output tile and the input tile with halo in shared memory.
+// Taps are taken in quads (i, j0..j0+3): with G quads, the threads form G
+// teams of P = 256/G (each thread one quad, samples strided by P), or, when
+// G > 256, each thread owns up to 4 quads and every sample. At the end the
+// teams' sums are reduced in a fixed order.
+template <typename T, typename Loader>
+__global__ void __launch_bounds__(kGradThreads)
+    weight_grad_partial_kernel(const T* __restrict__ go, const T* __restrict__ in,
+                               at::opmath_type<T>* __restrict__ partial, PlaneWeightGrad g,
+                               Loader load, int gx_shift, int tiles_x, int64_t tiles_per_term,
+                               int rows, int cols, int pitch) {
+  using acc_t = at::opmath_type<T>;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  acc_t* go_s = reinterpret_cast<acc_t*>(shared_raw);
+  acc_t* in_s = go_s + kGradThreads;
+  __shared__ acc_t team_sums[kGradThreads * 4];
+  const int gx = 1 << gx_shift, gy = kGradThreads >> gx_shift;
+  const int tid = threadIdx.x;
+  const int kwq = (g.kw + 3) / 4;
+  const int quads = g.kh * kwq;
+  const int team = quads >= kGradThreads ? 1 : kGradThreads / quads;
+  const int64_t wp = blockIdx.x;
+  const int64_t chunks = gridDim.y, chunk = blockIdx.y;
+  const int64_t units = g.terms * tiles_per_term;
+  const int64_t u0 = units * chunk / chunks, u1 = units * (chunk + 1) / chunks;
+  const int64_t out_plane = int64_t(g.out_h) * g.out_w, in_plane = int64_t(g.in_h) * g.in_w;
+
+  acc_t acc[kMaxGroupsPerThread][4];
+#pragma unroll
+  for (int q = 0; q < kMaxGroupsPerThread; ++q)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) acc[q][r] = acc_t(0);
+
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t t = u / tiles_per_term;
+    const int tile = static_cast<int>(u - t * tiles_per_term);
+    const int oy0 = (tile / tiles_x) * gy, ox0 = (tile % tiles_x) * gx;
+    const int gy0 = oy0 * g.sh - g.ph, gx0 = ox0 * g.sw - g.pw;
+    const T* gop = go + (t * g.go_term_stride + wp) * out_plane;
+    const T* inp = in + (t * g.in_term_stride + wp / g.mult) * in_plane;
+    __syncthreads();  // the previous unit's tiles are no longer read
+    {
+      const int y = oy0 + (tid >> gx_shift), x = ox0 + (tid & (gx - 1));
+      go_s[tid] = y < g.out_h && x < g.out_w ? static_cast<acc_t>(gop[int64_t(y) * g.out_w + x])
+                                             : acc_t(0);
+    }
+    for (int e = tid; e < rows * pitch; e += kGradThreads) {
+      const int row = e / pitch, col = e - row * pitch;
+      in_s[e] = col < cols ? load(inp, gy0 + row, gx0 + col, g.in_h, g.in_w) : acc_t(0);
+    }
+    __syncthreads();
+    const int vy = min(gy, g.out_h - oy0), vx = min(gx, g.out_w - ox0);
+#pragma unroll
+    for (int q = 0; q < kMaxGroupsPerThread; ++q) {
+      const int quad = team == 1 ? tid + q * kGradThreads : (q == 0 ? tid / team : quads);
+      if (quad >= quads) continue;
+      const int lane = team == 1 ? 0 : tid % team;
+      const int i = quad / kwq, j0 = (quad - i * kwq) * 4;
+      const acc_t* in_q = in_s + i * g.dh * pitch + j0 * g.dw;
+      for (int s = lane; s < kGradThreads; s += team) {
+        const int sy = s >> gx_shift, sx = s & (gx - 1);
+        if (sy >= vy || sx >= vx) continue;
+        const acc_t gv = go_s[s];
+        const acc_t* v = in_q + sy * g.sh * pitch + sx * g.sw;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[q][r] += gv * v[r * g.dw];
+      }
+    }
+  }
+
+  acc_t* dst = partial + (wp * chunks + chunk) * g.kh * g.kw;
+  if (team == 1) {
+#pragma unroll
+    for (int q = 0; q < kMaxGroupsPerThread; ++q) {
+      const int quad = tid + q * kGradThreads;
+      if (quad >= quads) continue;
+      const int i = quad / kwq, j0 = (quad - i * kwq) * 4;
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        if (j0 + r < g.kw) dst[i * g.kw + j0 + r] = acc[q][r];
+    }
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) team_sums[tid * 4 + r] = acc[0][r];
+  __syncthreads();
+  if (tid < quads * 4) {
+    const int quad = tid / 4, r = tid % 4;
+    const int i = quad / kwq, j = (quad - i * kwq) * 4 + r;
+    if (j < g.kw) {
+      acc_t sum = 0;
+      for (int lane = 0; lane < team; ++lane) sum += team_sums[(quad * team + lane) * 4 + r];
+      dst[i * g.kw + j] = sum;
+    }
+  }
+}
+
+// One thread per (weight plane, tap): adds the chunks' partial sums in order.
+template <typename T>
+__global__ void weight_grad_finish_kernel(const at::opmath_type<T>* __restrict__ partial,
+                                          T* __restrict__ gw, int64_t total, int64_t taps,
+                                          int64_t chunks) {
+  using acc_t = at::opmath_type<T>;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t wp = idx / taps, tap = idx % taps;
+    const acc_t* src = partial + wp * chunks * taps + tap;
+    acc_t sum = 0;
+    for (int64_t c = 0; c < chunks; ++c) sum += src[c * taps];
+    gw[idx] = static_cast<T>(sum);
+  }
+}
+
+}  // namespace plane_detail
+
+// Plan of a weight-gradient launch; `ok` is false when the geometry does not
+// fit the engine (shared memory, index range, more than 1024 tap quads).
+struct WeightGradPlan {
+  bool ok = false;
+  int gx_shift = 0, tiles_x = 0, rows = 0, cols = 0, pitch = 0;
+  int64_t tiles_per_term = 0, chunks = 0, shared_bytes = 0;
+};
+
+template <typename Acc>
+WeightGradPlan plan_weight_grad(const PlaneWeightGrad& g) {
+  using namespace plane_detail;
+  WeightGradPlan p;
+  constexpr int64_t lim = int64_t{1} << 30;
+  const int64_t span_y = int64_t(g.out_h + 256) * g.sh + int64_t(g.kh) * g.dh + g.ph;
+  const int64_t span_x = int64_t(g.out_w + 64) * g.sw + int64_t(g.kw + 4) * g.dw + g.pw;
+  if (g.in_h >= lim || g.in_w >= lim || span_y >= lim || span_x >= lim) return p;
+  const int kwq = (g.kw + 3) / 4;
+  if (int64_t(g.kh) * kwq > int64_t(kGradThreads) * kMaxGroupsPerThread) return p;
+  int gx = pow2_at_least(g.out_w, 64);
+  p.gx_shift = 0;
+  while ((1 << p.gx_shift) < gx) ++p.gx_shift;
+  const int gy = kGradThreads >> p.gx_shift;
+  p.rows = (gy - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+  p.cols = (gx - 1) * g.sw + (4 * kwq - 1) * g.dw + 1;
+  p.pitch = pitch_for(p.cols);
+  p.shared_bytes = (kGradThreads + int64_t(p.rows) * p.pitch) * sizeof(Acc);
+  if (p.shared_bytes + kGradThreads * 4 * sizeof(Acc) > kMaxSharedBytes) return p;
+  p.tiles_x = static_cast<int>((g.out_w + gx - 1) / gx);
+  p.tiles_per_term = p.tiles_x * ((g.out_h + gy - 1) / gy);
+  if (p.tiles_per_term >= (int64_t{1} << 31) || g.weight_planes >= (int64_t{1} << 31)) return p;
+  const int64_t units = g.terms * p.tiles_per_term;
+  p.chunks = std::min<int64_t>(
+      std::max<int64_t>(1, (kTargetBlocks + g.weight_planes - 1) / g.weight_planes),
+      std::min<int64_t>(units, 65535));
+  p.ok = units > 0;
+  return p;
+}
+
+// Stage 1 and 2 on `stream`; `partial` holds weight_planes * chunks * kh * kw
+// accumulators (opmath type).
+template <typename T, typename Loader>
+void launch_plane_weight_grad(const T* go, const T* in, at::opmath_type<T>* partial, T* gw,
+                              const PlaneWeightGrad& g, const WeightGradPlan& p, Loader load,
+                              cudaStream_t stream) {
+  using namespace plane_detail;
+  const dim3 grid(static_cast<unsigned>(g.weight_planes), static_cast<unsigned>(p.chunks));
+  weight_grad_partial_kernel<T, Loader><<<grid, kGradThreads, p.shared_bytes, stream>>>(
+      go, in, partial, g, load, p.gx_shift, p.tiles_x, p.tiles_per_term, p.rows, p.cols, p.pitch);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int64_t total = g.weight_planes * g.kh * g.kw;
+  const int64_t blocks = std::min<int64_t>((total + 255) / 256, int64_t{1} << 20);
+  weight_grad_finish_kernel<T><<<blocks, 256, 0, stream>>>(partial, gw, total,
+                                                           int64_t(g.kh) * g.kw, p.chunks);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace customconv
