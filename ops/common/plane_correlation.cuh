@@ -96,6 +96,26 @@ inline bool fits_int(const PlaneCorrelation& g) {
   return g.in_h < lim && g.in_w < lim && span_y < lim && span_x < lim;
 }
 
+// dst[e] = value_of(e) for e = tid, tid + nthreads, ... < count, with U
+// independent loads in flight per thread (the values are read before any is
+// stored), so staging a tile costs about one memory latency, not U.
+template <int U, typename Acc, typename F>
+__device__ inline void fill_shared(Acc* dst, int count, int tid, int nthreads, F value_of) {
+  for (int e0 = tid; e0 < count; e0 += U * nthreads) {
+    Acc v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int e = e0 + u * nthreads;
+      v[u] = e < count ? value_of(e) : Acc(0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int e = e0 + u * nthreads;
+      if (e < count) dst[e] = v[u];
+    }
+  }
+}
+
 template <typename Acc>
 __device__ inline void load4(const Acc* p, Acc& a, Acc& b, Acc& c, Acc& d) {
   if constexpr (std::is_same<Acc, float>::value) {
@@ -106,7 +126,8 @@ __device__ inline void load4(const Acc* p, Acc& a, Acc& b, Acc& c, Acc& d) {
   }
 }
 
-// Block (tx, ty, tz): grid x walks the output tiles of (tx*4) x (ty*kRows)
+// Block of tx*ty*tz threads (one dimension; thread t is (t % tx, t / tx % ty,
+// t / (tx*ty))): grid x walks the output tiles of (tx*4) x (ty*kRows)
 // samples, grid y (striding) walks groups of tz output planes. The block stages
 // each plane's taps and input tile (with halo, border resolved by the Loader)
 // in shared memory; thread (x, y, z) then computes a 4-wide, kRows-tall patch
@@ -116,22 +137,23 @@ template <typename T, typename Loader, int kRows, bool kUnit>
 __global__ void __launch_bounds__(kThreads)
     plane_correlation_kernel(const T* __restrict__ in, const T* __restrict__ weight,
                              const T* __restrict__ bias, T* __restrict__ out, PlaneCorrelation g,
-                             Loader load, int tiles_x, int rows, int cols, int pitch) {
+                             Loader load, int bx, int by, int bz, int tiles_x, int rows, int cols,
+                             int pitch) {
   using acc_t = at::opmath_type<T>;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   acc_t* shared = reinterpret_cast<acc_t*>(shared_raw);
-  const int bx = blockDim.x, by = blockDim.y, bz = blockDim.z;
-  const int tid = threadIdx.x + bx * (threadIdx.y + by * threadIdx.z);
+  const int tid = threadIdx.x;
+  const int thread_x = tid % bx, thread_y = tid / bx % by, thread_z = tid / (bx * by);
   const int nthreads = bx * by * bz;
   const int kwp = (g.kw + 3) & ~3;
   const int tap_count = g.kh * kwp;
   const int tile_count = rows * pitch;
   acc_t* tiles = shared + bz * tap_count;
-  const acc_t* my_taps = shared + threadIdx.z * tap_count;
-  const acc_t* my_tile = tiles + threadIdx.z * tile_count;
+  const acc_t* my_taps = shared + thread_z * tap_count;
+  const acc_t* my_tile = tiles + thread_z * tile_count;
   const int ox0 = (blockIdx.x % tiles_x) * bx * 4, oy0 = (blockIdx.x / tiles_x) * by * kRows;
   const int gx0 = ox0 * g.sw - g.pw, gy0 = oy0 * g.sh - g.ph;
-  const int tx4 = threadIdx.x * 4, tyr = threadIdx.y * kRows;
+  const int tx4 = thread_x * 4, tyr = thread_y * kRows;
   const int64_t in_plane_size = int64_t(g.in_h) * g.in_w;
 
   for (int64_t base = int64_t(blockIdx.y) * bz; base < g.out_planes;
@@ -144,7 +166,7 @@ __global__ void __launch_bounds__(kThreads)
 
     for (int64_t f = 0; f < g.fan; ++f) {
       __syncthreads();  // the previous tiles are no longer read
-      for (int t = tid; t < bz * tap_count; t += nthreads) {
+      fill_shared<4>(shared, bz * tap_count, tid, nthreads, [&](int t) {
         const int z = t / tap_count, k = t - z * tap_count, i = k / kwp, j = k - i * kwp;
         const int64_t p = base + z;
         acc_t v = 0;
@@ -153,20 +175,20 @@ __global__ void __launch_bounds__(kThreads)
           const int si = g.flip ? g.kh - 1 - i : i, sj = g.flip ? g.kw - 1 - j : j;
           v = static_cast<acc_t>(weight[(wp * g.kh + si) * g.kw + sj]);
         }
-        shared[t] = v;
-      }
-      for (int t = tid; t < bz * tile_count; t += nthreads) {
+        return v;
+      });
+      // Columns past `cols` are never read by a valid output: zero, so no
+      // stray Inf can meet a padded tap.
+      fill_shared<8>(tiles, bz * tile_count, tid, nthreads, [&](int t) {
         const int z = t / tile_count, e = t - z * tile_count, row = e / pitch, col = e - row * pitch;
         const int64_t p = base + z;
         acc_t v = 0;
-        // Columns past `cols` are never read by a valid output: zero, so no
-        // stray Inf can meet a padded tap.
         if (p < g.out_planes && col < cols) {
           const int64_t ip = p * g.in_mul / g.in_div + f * g.in_fan_stride;
           v = load(in + ip * in_plane_size, gy0 + row, gx0 + col, g.in_h, g.in_w);
         }
-        tiles[t] = v;
-      }
+        return v;
+      });
       __syncthreads();
 
       if constexpr (kUnit) {
@@ -222,7 +244,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 
-    const int64_t p = base + threadIdx.z;
+    const int64_t p = base + thread_z;
     if (p < g.out_planes) {
       const acc_t b = bias ? static_cast<acc_t>(bias[p % g.bias_mod]) : acc_t(0);
       T* op = out + p * int64_t(g.out_h) * g.out_w;
@@ -262,13 +284,15 @@ bool launch_plane_correlation(const T* in, const T* weight, const T* bias, T* ou
   const int64_t groups = (g.out_planes + geo.tz - 1) / geo.tz;
   const dim3 grid(static_cast<unsigned>(tiles_x * tiles_y),
                   static_cast<unsigned>(std::min<int64_t>(groups, 65535)));
-  const dim3 block(geo.tx, geo.ty, geo.tz);
+  const int block = geo.tx * geo.ty * geo.tz;
   if (unit) {
     plane_correlation_kernel<T, Loader, 2, true><<<grid, block, geo.shared_bytes, stream>>>(
-        in, weight, bias, out, g, load, static_cast<int>(tiles_x), geo.rows, geo.cols, geo.pitch);
+        in, weight, bias, out, g, load, geo.tx, geo.ty, geo.tz, static_cast<int>(tiles_x),
+        geo.rows, geo.cols, geo.pitch);
   } else {
     plane_correlation_kernel<T, Loader, 1, false><<<grid, block, geo.shared_bytes, stream>>>(
-        in, weight, bias, out, g, load, static_cast<int>(tiles_x), geo.rows, geo.cols, geo.pitch);
+        in, weight, bias, out, g, load, geo.tx, geo.ty, geo.tz, static_cast<int>(tiles_x),
+        geo.rows, geo.cols, geo.pitch);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;

@@ -33,9 +33,10 @@ namespace plane_detail {
 constexpr int kGradThreads = 256;
 constexpr int kMaxGroupsPerThread = 4;  // tap quads a thread can own
 constexpr int kTargetBlocks = 1024;     // stage-1 blocks aimed for (from shapes only)
+constexpr int kMaxSamples = 1024;       // grad-output samples per work unit
 
 // Block of 256 threads on weight plane blockIdx.x, chunk blockIdx.y of its
-// work units (term, tile of GY x GX grad-output samples). Per unit the block
+// work units (term, tile of GY x GX grad-output samples, GY*GX = `samples`). Per unit the block
 // stages the grad-output tile and the input tile with halo in shared memory.
 // Taps are taken in quads (i, j0..j0+3): with G quads, the threads form G
 // teams of P = 256/G (each thread one quad, samples strided by P), or, when
@@ -45,14 +46,14 @@ template <typename T, typename Loader>
 __global__ void __launch_bounds__(kGradThreads)
     weight_grad_partial_kernel(const T* __restrict__ go, const T* __restrict__ in,
                                at::opmath_type<T>* __restrict__ partial, PlaneWeightGrad g,
-                               Loader load, int gx_shift, int tiles_x, int64_t tiles_per_term,
-                               int rows, int cols, int pitch) {
+                               Loader load, int samples, int gx_shift, int tiles_x,
+                               int64_t tiles_per_term, int rows, int cols, int pitch) {
   using acc_t = at::opmath_type<T>;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   acc_t* go_s = reinterpret_cast<acc_t*>(shared_raw);
-  acc_t* in_s = go_s + kGradThreads;
+  acc_t* in_s = go_s + samples;
   __shared__ acc_t team_sums[kGradThreads * 4];
-  const int gx = 1 << gx_shift, gy = kGradThreads >> gx_shift;
+  const int gx = 1 << gx_shift, gy = samples >> gx_shift;
   const int tid = threadIdx.x;
   const int kwq = (g.kw + 3) / 4;
   const int quads = g.kh * kwq;
@@ -77,15 +78,15 @@ __global__ void __launch_bounds__(kGradThreads)
     const T* gop = go + (t * g.go_term_stride + wp) * out_plane;
     const T* inp = in + (t * g.in_term_stride + wp / g.mult) * in_plane;
     __syncthreads();  // the previous unit's tiles are no longer read
-    {
-      const int y = oy0 + (tid >> gx_shift), x = ox0 + (tid & (gx - 1));
-      go_s[tid] = y < g.out_h && x < g.out_w ? static_cast<acc_t>(gop[int64_t(y) * g.out_w + x])
-                                             : acc_t(0);
-    }
-    for (int e = tid; e < rows * pitch; e += kGradThreads) {
+    fill_shared<4>(go_s, samples, tid, kGradThreads, [&](int e) {
+      const int y = oy0 + (e >> gx_shift), x = ox0 + (e & (gx - 1));
+      return y < g.out_h && x < g.out_w ? static_cast<acc_t>(gop[int64_t(y) * g.out_w + x])
+                                        : acc_t(0);
+    });
+    fill_shared<8>(in_s, rows * pitch, tid, kGradThreads, [&](int e) {
       const int row = e / pitch, col = e - row * pitch;
-      in_s[e] = col < cols ? load(inp, gy0 + row, gx0 + col, g.in_h, g.in_w) : acc_t(0);
-    }
+      return col < cols ? load(inp, gy0 + row, gx0 + col, g.in_h, g.in_w) : acc_t(0);
+    });
     __syncthreads();
     const int vy = min(gy, g.out_h - oy0), vx = min(gx, g.out_w - ox0);
 #pragma unroll
@@ -95,7 +96,7 @@ __global__ void __launch_bounds__(kGradThreads)
       const int lane = team == 1 ? 0 : tid % team;
       const int i = quad / kwq, j0 = (quad - i * kwq) * 4;
       const acc_t* in_q = in_s + i * g.dh * pitch + j0 * g.dw;
-      for (int s = lane; s < kGradThreads; s += team) {
+      for (int s = lane; s < samples; s += team) {
         const int sy = s >> gx_shift, sx = s & (gx - 1);
         if (sy >= vy || sx >= vx) continue;
         const acc_t gv = go_s[s];
@@ -122,8 +123,8 @@ __global__ void __launch_bounds__(kGradThreads)
 #pragma unroll
   for (int r = 0; r < 4; ++r) team_sums[tid * 4 + r] = acc[0][r];
   __syncthreads();
-  if (tid < quads * 4) {
-    const int quad = tid / 4, r = tid % 4;
+  for (int e = tid; e < quads * 4; e += kGradThreads) {
+    const int quad = e / 4, r = e % 4;
     const int i = quad / kwq, j = (quad - i * kwq) * 4 + r;
     if (j < g.kw) {
       acc_t sum = 0;
@@ -155,7 +156,7 @@ __global__ void weight_grad_finish_kernel(const at::opmath_type<T>* __restrict__
 // fit the engine (shared memory, index range, more than 1024 tap quads).
 struct WeightGradPlan {
   bool ok = false;
-  int gx_shift = 0, tiles_x = 0, rows = 0, cols = 0, pitch = 0;
+  int samples = 0, gx_shift = 0, tiles_x = 0, rows = 0, cols = 0, pitch = 0;
   int64_t tiles_per_term = 0, chunks = 0, shared_bytes = 0;
 };
 
@@ -164,7 +165,7 @@ WeightGradPlan plan_weight_grad(const PlaneWeightGrad& g) {
   using namespace plane_detail;
   WeightGradPlan p;
   constexpr int64_t lim = int64_t{1} << 30;
-  const int64_t span_y = int64_t(g.out_h + 256) * g.sh + int64_t(g.kh) * g.dh + g.ph;
+  const int64_t span_y = int64_t(g.out_h + kMaxSamples) * g.sh + int64_t(g.kh) * g.dh + g.ph;
   const int64_t span_x = int64_t(g.out_w + 64) * g.sw + int64_t(g.kw + 4) * g.dw + g.pw;
   if (g.in_h >= lim || g.in_w >= lim || span_y >= lim || span_x >= lim) return p;
   const int kwq = (g.kw + 3) / 4;
@@ -172,12 +173,19 @@ WeightGradPlan plan_weight_grad(const PlaneWeightGrad& g) {
   int gx = pow2_at_least(g.out_w, 64);
   p.gx_shift = 0;
   while ((1 << p.gx_shift) < gx) ++p.gx_shift;
-  const int gy = kGradThreads >> p.gx_shift;
-  p.rows = (gy - 1) * g.sh + (g.kh - 1) * g.dh + 1;
-  p.cols = (gx - 1) * g.sw + (4 * kwq - 1) * g.dw + 1;
-  p.pitch = pitch_for(p.cols);
-  p.shared_bytes = (kGradThreads + int64_t(p.rows) * p.pitch) * sizeof(Acc);
-  if (p.shared_bytes + kGradThreads * 4 * sizeof(Acc) > kMaxSharedBytes) return p;
+  // The largest tile (at most kMaxSamples, at least one row) whose shared
+  // memory fits.
+  const int tall = pow2_at_least(g.out_h, kMaxSamples);
+  for (p.samples = std::max(gx, std::min(kMaxSamples, gx * tall));; p.samples /= 2) {
+    const int gy = p.samples >> p.gx_shift;
+    p.rows = (gy - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+    p.cols = (gx - 1) * g.sw + (4 * kwq - 1) * g.dw + 1;
+    p.pitch = pitch_for(p.cols);
+    p.shared_bytes = (p.samples + int64_t(p.rows) * p.pitch) * sizeof(Acc);
+    if (p.shared_bytes + kGradThreads * 4 * sizeof(Acc) <= kMaxSharedBytes) break;
+    if (gy == 1) return p;
+  }
+  const int gy = p.samples >> p.gx_shift;
   p.tiles_x = static_cast<int>((g.out_w + gx - 1) / gx);
   p.tiles_per_term = p.tiles_x * ((g.out_h + gy - 1) / gy);
   if (p.tiles_per_term >= (int64_t{1} << 31) || g.weight_planes >= (int64_t{1} << 31)) return p;
@@ -198,7 +206,8 @@ void launch_plane_weight_grad(const T* go, const T* in, at::opmath_type<T>* part
   using namespace plane_detail;
   const dim3 grid(static_cast<unsigned>(g.weight_planes), static_cast<unsigned>(p.chunks));
   weight_grad_partial_kernel<T, Loader><<<grid, kGradThreads, p.shared_bytes, stream>>>(
-      go, in, partial, g, load, p.gx_shift, p.tiles_x, p.tiles_per_term, p.rows, p.cols, p.pitch);
+      go, in, partial, g, load, p.samples, p.gx_shift, p.tiles_x, p.tiles_per_term, p.rows, p.cols,
+      p.pitch);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   const int64_t total = g.weight_planes * g.kh * g.kw;
   const int64_t blocks = std::min<int64_t>((total + 255) / 256, int64_t{1} << 20);

@@ -167,13 +167,28 @@ bool forward_tiled(const at::Tensor& input, const at::Tensor& weight, const at::
   return done;
 }
 
-// Stride 1: the input gradient is the grad output correlated with the rotated
-// taps, padded by dilation*(k-1) - padding; channel c sums its m output planes.
+// A grad-output plane spread out by the stride (zeros between its samples),
+// as the transposed correlation reads it.
+template <typename T>
+struct StridedGather {
+  int sh, sw;
+  __device__ at::opmath_type<T> operator()(const T* plane, int y, int x, int h, int w) const {
+    using acc_t = at::opmath_type<T>;
+    if (y < 0 || x < 0) return acc_t(0);
+    const int qy = y / sh, qx = x / sw;
+    if (qy * sh != y || qx * sw != x || qy >= h || qx >= w) return acc_t(0);
+    return static_cast<acc_t>(plane[int64_t(qy) * w + qx]);
+  }
+};
+
+// The input gradient is the grad output, spread out by the stride, correlated
+// with the rotated taps and padded by dilation*(k-1) - padding; channel c sums
+// its m output planes.
 bool grad_input_tiled(const at::Tensor& grad_output, const at::Tensor& weight,
                       const at::Tensor& grad_input, const Dims& d, const Window2d& k,
                       cudaStream_t stream) {
   int v[12];
-  if (k.sh != 1 || k.sw != 1 || !engine_geometry(d, k, v)) return false;
+  if (!engine_geometry(d, k, v)) return false;
   const int64_t kc = d.c * d.mult;
   const PlaneCorrelation g{d.n * d.c, d.mult, d.mult, 1, 1, d.mult, kc, 1, 1,
                            v[2], v[3], v[0], v[1], v[4], v[5], 1, 1,
@@ -183,9 +198,14 @@ bool grad_input_tiled(const at::Tensor& grad_output, const at::Tensor& weight,
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cuda",
       [&] {
-        done = launch_plane_correlation<scalar_t>(
-            grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(), nullptr,
-            grad_input.data_ptr<scalar_t>(), g, ZeroBorder<scalar_t>{}, stream);
+        const scalar_t* go = grad_output.const_data_ptr<scalar_t>();
+        const scalar_t* w = weight.const_data_ptr<scalar_t>();
+        scalar_t* gi = grad_input.data_ptr<scalar_t>();
+        done = k.sh == 1 && k.sw == 1
+                   ? launch_plane_correlation<scalar_t>(go, w, nullptr, gi, g,
+                                                        ZeroBorder<scalar_t>{}, stream)
+                   : launch_plane_correlation<scalar_t>(go, w, nullptr, gi, g,
+                                                        StridedGather<scalar_t>{v[6], v[7]}, stream);
       });
   return done;
 }

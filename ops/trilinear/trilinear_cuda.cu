@@ -55,12 +55,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// A team of S threads (a power of two from 32 to 256, one or more whole
+// A team of S threads (a power of two from 1 to 256: part of a warp, or whole
 // warps) per point; teams stride over points. The team's threads stride along
 // the point's packs of V features, writing the 8 grad_feats rows coalesced and
 // keeping private sums of the 3 point derivatives, which a fixed shuffle tree
-// and then a fixed pass over the team's warps reduce (no atomics:
-// deterministic).
+// (and, for teams of several warps, a fixed pass over their warps) reduces
+// (no atomics: deterministic).
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const T* __restrict__ go, const T* __restrict__ feats,
@@ -110,13 +110,14 @@ __global__ void __launch_bounds__(kThreads)
           for (int a = 0; a < 3; ++a) d[a] += gx[e] * blend[a][e];
       }
     }
+    const int width = team < kWarp ? team : kWarp;
 #pragma unroll
     for (int a = 0; a < 3; ++a) {
-      for (int step = kWarp / 2; step > 0; step >>= 1)
-        d[a] += __shfl_down_sync(0xffffffffu, d[a], step);
+      for (int step = width / 2; step > 0; step >>= 1)
+        d[a] += __shfl_down_sync(0xffffffffu, d[a], step, width);
     }
-    if (team == kWarp) {
-      if (lane == 0 && p < n) {
+    if (team <= kWarp) {
+      if (member == 0 && p < n) {
 #pragma unroll
         for (int a = 0; a < 3; ++a) grad_points[3 * p + a] = static_cast<T>(d[a]);
       }
@@ -183,8 +184,9 @@ void backward_cuda(const at::Tensor& grad_out, const at::Tensor& feats, const at
         scalar_t* gfp = grad_feats.data_ptr<scalar_t>();
         auto launch = [&](auto v) {
           constexpr int V = decltype(v)::value;
-          int team = kWarp;  // threads per point: enough for one pass over F, at most a block
-          while (team < kThreads && team * V < f) team *= 2;
+          // Threads per point: about four packs each, at most a block.
+          int team = 1;
+          while (team < kThreads && team * V * 4 < f) team *= 2;
           const int64_t blocks = blocks_for(n, kThreads / team);
           backward_kernel<scalar_t, V><<<blocks, kThreads, 0, stream>>>(
               gp, fp, points.const_data_ptr<scalar_t>(), gfp, grad_points.data_ptr<scalar_t>(), n,
