@@ -7,7 +7,8 @@
 # env: PYTHON, CUDA_ARCHS=90, BUILD_DIR; TARGET (build only that target, e.g.
 # customconv); CTEST=0 skips ctest; PYTEST=0 skips pytest; PYTEST_FILES (a
 # glob, default tests/python/test_*.py); BENCH_OPS (e.g. depthwise,filter2d)
-# also runs bench/bench.py on them, writing OUTDIR/bench/.
+# also runs bench/bench.py on them (BENCH_DTYPES: its --dtypes), writing
+# OUTDIR/bench/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=$(realpath -m "${1:-gpu-results}")
@@ -51,7 +52,7 @@ run_pytest() {
 if [ "${PYTEST:-1}" != 0 ]; then step pytest run_pytest; fi
 if [ -n "${BENCH_OPS:-}" ]; then
   step bench env CUSTOMCONV_LIBRARY="$PWD/$BUILD/libcustomconv.so" \
-    "$PY" bench/bench.py --device cuda --ops "$BENCH_OPS" --out "$OUT/bench"
+    "$PY" bench/bench.py --device cuda --ops "$BENCH_OPS" ${BENCH_DTYPES:+--dtypes "$BENCH_DTYPES"} --out "$OUT/bench"
 fi
 
 echo "---- failed or skipped tests" >> "$OUT/summary.txt"

@@ -46,6 +46,8 @@ namespace plane_detail {
 
 constexpr int kThreads = 256;
 constexpr int kMaxSharedBytes = 48 * 1024;
+// Static shared memory of the correlation kernel: its per-slot plane tables.
+constexpr int kTableBytes = kThreads * (sizeof(void*) + sizeof(int64_t));
 
 // Shared-memory row pitch: at least `cols`, and 1 (mod 4) so that the 4
 // row-groups of a warp (8 threads x 4 columns each) fall on distinct banks.
@@ -75,7 +77,7 @@ inline bool plan(const PlaneCorrelation& g, int k_rows, Geometry& geo) {
     geo.pitch = pitch_for(geo.cols);
     geo.shared_bytes =
         int64_t(geo.tz) * (int64_t(g.kh) * geo.kwp + int64_t(geo.rows) * geo.pitch) * sizeof(Acc);
-    if (geo.shared_bytes <= kMaxSharedBytes) return true;
+    if (geo.shared_bytes + kTableBytes <= kMaxSharedBytes) return true;
     if (geo.tz > 1) {
       geo.tz /= 2;
     } else if (geo.ty > 1) {
@@ -116,6 +118,55 @@ __device__ inline void fill_shared(Acc* dst, int count, int tid, int nthreads, F
   }
 }
 
+// The elements t = tid, tid + n, tid + 2n, ... of a box of planes x rows x
+// pitch, walked as (z, row, col) without a division per element.
+struct BoxWalk {
+  int z, row, col;
+  int dz, drow, dcol, rows, pitch;
+  __device__ BoxWalk(int tid, int n, int rows_, int pitch_) : rows(rows_), pitch(pitch_) {
+    const int plane = rows * pitch;
+    z = tid / plane;
+    row = (tid - z * plane) / pitch;
+    col = tid - z * plane - row * pitch;
+    dz = n / plane;
+    drow = (n - dz * plane) / pitch;
+    dcol = n - dz * plane - drow * pitch;
+  }
+  __device__ void next() {
+    col += dcol;
+    if (col >= pitch) col -= pitch, ++row;
+    row += drow;
+    if (row >= rows) row -= rows, ++z;
+    z += dz;
+  }
+};
+
+// dst[t] = value_at(z, row, col) over a box of `count` elements (see
+// BoxWalk), U loads in flight per thread.
+template <int U, typename Acc, typename F>
+__device__ inline void fill_box(Acc* dst, int count, int tid, int nthreads, int rows, int pitch,
+                                F value_at) {
+  BoxWalk at(tid, nthreads, rows, pitch);
+  for (int t0 = tid; t0 < count; t0 += U * nthreads) {
+    Acc v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      v[u] = t0 + u * nthreads < count ? value_at(at.z, at.row, at.col) : Acc(0);
+      at.next();
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int t = t0 + u * nthreads;
+      if (t < count) dst[t] = v[u];
+    }
+  }
+}
+
+template <typename T>
+struct alignas(4 * sizeof(T)) Pack4 {
+  T v[4];
+};
+
 template <typename Acc>
 __device__ inline void load4(const Acc* p, Acc& a, Acc& b, Acc& c, Acc& d) {
   if constexpr (std::is_same<Acc, float>::value) {
@@ -131,9 +182,11 @@ __device__ inline void load4(const Acc* p, Acc& a, Acc& b, Acc& c, Acc& d) {
 // samples, grid y (striding) walks groups of tz output planes. The block stages
 // each plane's taps and input tile (with halo, border resolved by the Loader)
 // in shared memory; thread (x, y, z) then computes a 4-wide, kRows-tall patch
-// of plane z. kUnit (stride and dilation 1) keeps a row of 7 inputs in
-// registers for 4 taps x 4 outputs and reuses it for kRows output rows.
-template <typename T, typename Loader, int kRows, bool kUnit>
+// of plane z. With a compile-time stride kS (dilation 1), a thread keeps a row
+// of inputs in registers for 4 taps x 4 outputs and reuses it for every output
+// row that reads it; kK > 0 fixes the (square) kernel size so that all tap
+// loops unroll. kS == 0 is the general case (any stride and dilation).
+template <typename T, typename Loader, int kRows, int kS, int kK>
 __global__ void __launch_bounds__(kThreads)
     plane_correlation_kernel(const T* __restrict__ in, const T* __restrict__ weight,
                              const T* __restrict__ bias, T* __restrict__ out, PlaneCorrelation g,
@@ -156,6 +209,10 @@ __global__ void __launch_bounds__(kThreads)
   const int tx4 = thread_x * 4, tyr = thread_y * kRows;
   const int64_t in_plane_size = int64_t(g.in_h) * g.in_w;
 
+  const int in_h = g.in_h, in_w = g.in_w;
+  __shared__ const T* in_planes[kThreads];  // the input plane of each slot (null: none)
+  __shared__ int64_t weight_planes[kThreads];
+
   for (int64_t base = int64_t(blockIdx.y) * bz; base < g.out_planes;
        base += int64_t(gridDim.y) * bz) {
     acc_t acc[kRows][4];
@@ -165,13 +222,20 @@ __global__ void __launch_bounds__(kThreads)
       for (int r = 0; r < 4; ++r) acc[rr][r] = acc_t(0);
 
     for (int64_t f = 0; f < g.fan; ++f) {
-      __syncthreads();  // the previous tiles are no longer read
+      __syncthreads();  // the previous tiles and plane tables are no longer read
+      if (tid < bz) {
+        const int64_t p = base + tid;
+        const bool live = p < g.out_planes;
+        in_planes[tid] =
+            live ? in + (p * g.in_mul / g.in_div + f * g.in_fan_stride) * in_plane_size : nullptr;
+        weight_planes[tid] = live ? (p * g.w_mul) % g.w_mod + f * g.w_fan_stride : -1;
+      }
+      __syncthreads();
       fill_shared<4>(shared, bz * tap_count, tid, nthreads, [&](int t) {
         const int z = t / tap_count, k = t - z * tap_count, i = k / kwp, j = k - i * kwp;
-        const int64_t p = base + z;
+        const int64_t wp = weight_planes[z];
         acc_t v = 0;
-        if (p < g.out_planes && j < g.kw) {
-          const int64_t wp = (p * g.w_mul) % g.w_mod + f * g.w_fan_stride;
+        if (wp >= 0 && j < g.kw) {
           const int si = g.flip ? g.kh - 1 - i : i, sj = g.flip ? g.kw - 1 - j : j;
           v = static_cast<acc_t>(weight[(wp * g.kh + si) * g.kw + sj]);
         }
@@ -179,49 +243,50 @@ __global__ void __launch_bounds__(kThreads)
       });
       // Columns past `cols` are never read by a valid output: zero, so no
       // stray Inf can meet a padded tap.
-      fill_shared<8>(tiles, bz * tile_count, tid, nthreads, [&](int t) {
-        const int z = t / tile_count, e = t - z * tile_count, row = e / pitch, col = e - row * pitch;
-        const int64_t p = base + z;
-        acc_t v = 0;
-        if (p < g.out_planes && col < cols) {
-          const int64_t ip = p * g.in_mul / g.in_div + f * g.in_fan_stride;
-          v = load(in + ip * in_plane_size, gy0 + row, gx0 + col, g.in_h, g.in_w);
-        }
-        return v;
+      const T* plane0 = in_planes[0];
+      fill_box<8>(tiles, bz * tile_count, tid, nthreads, rows, pitch, [&](int z, int row, int col) {
+        const T* plane = bz == 1 ? plane0 : in_planes[z];
+        return plane != nullptr && col < cols ? load(plane, gy0 + row, gx0 + col, in_h, in_w)
+                                              : acc_t(0);
       });
       __syncthreads();
 
-      if constexpr (kUnit) {
-        for (int ir = 0; ir < g.kh + kRows - 1; ++ir) {
-          const acc_t* srow = my_tile + (tyr + ir) * pitch + tx4;
-          int jc = 0;
-          for (; jc + 4 <= g.kw; jc += 4) {
-            acc_t b[7];
+      if constexpr (kS > 0) {
+        const int kh = kK > 0 ? kK : g.kh, kw = kK > 0 ? kK : g.kw;
+        constexpr int kSpan = 3 * kS + 4;  // inputs under 4 taps of 4 outputs
 #pragma unroll
-            for (int q = 0; q < 7; ++q) b[q] = srow[jc + q];
+        for (int ir = 0; ir < (kRows - 1) * kS + kh; ++ir) {
+          const acc_t* srow = my_tile + (tyr * kS + ir) * pitch + tx4 * kS;
+          int jc = 0;
+#pragma unroll
+          for (; jc + 4 <= kw; jc += 4) {
+            acc_t b[kSpan];
+#pragma unroll
+            for (int q = 0; q < kSpan; ++q) b[q] = srow[jc + q];
 #pragma unroll
             for (int rr = 0; rr < kRows; ++rr) {
-              const int i = ir - rr;
-              if (i < 0 || i >= g.kh) continue;
+              const int i = ir - rr * kS;
+              if (i < 0 || i >= kh) continue;
               acc_t w0, w1, w2, w3;
               load4(my_taps + i * kwp + jc, w0, w1, w2, w3);
 #pragma unroll
               for (int r = 0; r < 4; ++r) {
-                acc[rr][r] += w0 * b[r];
-                acc[rr][r] += w1 * b[r + 1];
-                acc[rr][r] += w2 * b[r + 2];
-                acc[rr][r] += w3 * b[r + 3];
+                acc[rr][r] += w0 * b[r * kS];
+                acc[rr][r] += w1 * b[r * kS + 1];
+                acc[rr][r] += w2 * b[r * kS + 2];
+                acc[rr][r] += w3 * b[r * kS + 3];
               }
             }
           }
-          for (; jc < g.kw; ++jc) {
+#pragma unroll
+          for (; jc < kw; ++jc) {
             acc_t b[4];
 #pragma unroll
-            for (int r = 0; r < 4; ++r) b[r] = srow[jc + r];
+            for (int r = 0; r < 4; ++r) b[r] = srow[jc + r * kS];
 #pragma unroll
             for (int rr = 0; rr < kRows; ++rr) {
-              const int i = ir - rr;
-              if (i < 0 || i >= g.kh) continue;
+              const int i = ir - rr * kS;
+              if (i < 0 || i >= kh) continue;
               const acc_t w = my_taps[i * kwp + jc];
 #pragma unroll
               for (int r = 0; r < 4; ++r) acc[rr][r] += w * b[r];
@@ -248,14 +313,24 @@ __global__ void __launch_bounds__(kThreads)
     if (p < g.out_planes) {
       const acc_t b = bias ? static_cast<acc_t>(bias[p % g.bias_mod]) : acc_t(0);
       T* op = out + p * int64_t(g.out_h) * g.out_w;
+      // Rows start 4-aligned when the width is a multiple of 4 (out is
+      // allocated aligned), so 4 outputs go out as one store.
+      const bool vector_store = g.out_w % 4 == 0;
 #pragma unroll
       for (int rr = 0; rr < kRows; ++rr) {
         const int y = oy0 + tyr + rr;
         if (y >= g.out_h) break;
+        const int x = ox0 + tx4;
+        T* dst = op + int64_t(y) * g.out_w + x;
+        if (vector_store && x + 4 <= g.out_w) {
+          Pack4<T> v;
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int x = ox0 + tx4 + r;
-          if (x < g.out_w) op[int64_t(y) * g.out_w + x] = static_cast<T>(acc[rr][r] + b);
+          for (int r = 0; r < 4; ++r) v.v[r] = static_cast<T>(acc[rr][r] + b);
+          *reinterpret_cast<Pack4<T>*>(dst) = v;
+        } else {
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            if (x + r < g.out_w) dst[r] = static_cast<T>(acc[rr][r] + b);
         }
       }
     }
@@ -267,15 +342,35 @@ __global__ void __launch_bounds__(kThreads)
 // Runs the engine on `stream`; returns false (launching nothing) when the
 // geometry does not fit it (shared memory, index range), so the caller can
 // use a direct kernel instead. bias may be null.
-template <typename T, typename Loader>
+namespace plane_detail {
+
+template <typename T, typename Loader, int kRows, int kS, int kK>
+void launch_variant(const T* in, const T* weight, const T* bias, T* out, const PlaneCorrelation& g,
+                    Loader load, const Geometry& geo, int tiles_x, dim3 grid, cudaStream_t stream) {
+  plane_correlation_kernel<T, Loader, kRows, kS, kK>
+      <<<grid, geo.tx * geo.ty * geo.tz, geo.shared_bytes, stream>>>(
+          in, weight, bias, out, g, load, geo.tx, geo.ty, geo.tz, tiles_x, geo.rows, geo.cols,
+          geo.pitch);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace plane_detail
+
+// Runs the engine on `stream`; returns false (launching nothing) when the
+// geometry does not fit it (shared memory, index range), so the caller can
+// use a direct kernel instead. bias may be null. kSpecialize compiles the
+// fixed kernel sizes 3, 5, 7 and stride 2 (16-bit and float32 data).
+template <typename T, bool kSpecialize = true, typename Loader>
 bool launch_plane_correlation(const T* in, const T* weight, const T* bias, T* out,
                               const PlaneCorrelation& g, Loader load, cudaStream_t stream) {
   using namespace plane_detail;
   using acc_t = at::opmath_type<T>;
   if (g.out_planes == 0 || g.out_h == 0 || g.out_w == 0) return true;
   if (!fits_int(g)) return false;
-  const bool unit = g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1;
-  const int k_rows = unit ? 2 : 1;
+  const bool dil1 = g.dh == 1 && g.dw == 1;
+  const int stride = dil1 && g.sh == g.sw && (g.sh == 1 || g.sh == 2) ? g.sh : 0;
+  constexpr bool kFixed = kSpecialize && !std::is_same<T, double>::value;
+  const int k_rows = stride == 1 ? 4 : stride == 2 ? 2 : 1;
   Geometry geo{};
   if (!plan<acc_t>(g, k_rows, geo)) return false;
   const int64_t tiles_x = (g.out_w + geo.tx * 4 - 1) / (geo.tx * 4);
@@ -284,17 +379,43 @@ bool launch_plane_correlation(const T* in, const T* weight, const T* bias, T* ou
   const int64_t groups = (g.out_planes + geo.tz - 1) / geo.tz;
   const dim3 grid(static_cast<unsigned>(tiles_x * tiles_y),
                   static_cast<unsigned>(std::min<int64_t>(groups, 65535)));
-  const int block = geo.tx * geo.ty * geo.tz;
-  if (unit) {
-    plane_correlation_kernel<T, Loader, 2, true><<<grid, block, geo.shared_bytes, stream>>>(
-        in, weight, bias, out, g, load, geo.tx, geo.ty, geo.tz, static_cast<int>(tiles_x),
-        geo.rows, geo.cols, geo.pitch);
-  } else {
-    plane_correlation_kernel<T, Loader, 1, false><<<grid, block, geo.shared_bytes, stream>>>(
-        in, weight, bias, out, g, load, geo.tx, geo.ty, geo.tz, static_cast<int>(tiles_x),
-        geo.rows, geo.cols, geo.pitch);
+  const int tx = static_cast<int>(tiles_x);
+  const int k = g.kh == g.kw ? g.kh : 0;
+  if (stride == 1) {
+    if constexpr (kFixed) {
+      if (k == 3)
+        return launch_variant<T, Loader, 4, 1, 3>(in, weight, bias, out, g, load, geo, tx, grid,
+                                                  stream),
+               true;
+      if (k == 5)
+        return launch_variant<T, Loader, 4, 1, 5>(in, weight, bias, out, g, load, geo, tx, grid,
+                                                  stream),
+               true;
+      if (k == 7)
+        return launch_variant<T, Loader, 4, 1, 7>(in, weight, bias, out, g, load, geo, tx, grid,
+                                                  stream),
+               true;
+    }
+    launch_variant<T, Loader, 4, 1, 0>(in, weight, bias, out, g, load, geo, tx, grid, stream);
+    return true;
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (stride == 2) {
+    if constexpr (kFixed) {
+      if (k == 3)
+        return launch_variant<T, Loader, 2, 2, 3>(in, weight, bias, out, g, load, geo, tx, grid,
+                                                  stream),
+               true;
+      if (k == 5)
+        return launch_variant<T, Loader, 2, 2, 5>(in, weight, bias, out, g, load, geo, tx, grid,
+                                                  stream),
+               true;
+      launch_variant<T, Loader, 2, 2, 0>(in, weight, bias, out, g, load, geo, tx, grid, stream);
+    } else {
+      launch_variant<T, Loader, 2, 0, 0>(in, weight, bias, out, g, load, geo, tx, grid, stream);
+    }
+    return true;
+  }
+  launch_variant<T, Loader, 1, 0, 0>(in, weight, bias, out, g, load, geo, tx, grid, stream);
   return true;
 }
 

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "ops/common/plane_correlation.cuh"
 
@@ -34,6 +35,7 @@ constexpr int kGradThreads = 256;
 constexpr int kMaxGroupsPerThread = 4;  // tap quads a thread can own
 constexpr int kTargetBlocks = 1024;     // stage-1 blocks aimed for (from shapes only)
 constexpr int kMaxSamples = 1024;       // grad-output samples per work unit
+constexpr int kGoPad = 4;               // grad-output tile row pitch: GX + kGoPad
 
 // Block of 256 threads on weight plane blockIdx.x, chunk blockIdx.y of its
 // work units (term, tile of GY x GX grad-output samples, GY*GX = `samples`). Per unit the block
@@ -51,7 +53,7 @@ __global__ void __launch_bounds__(kGradThreads)
   using acc_t = at::opmath_type<T>;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   acc_t* go_s = reinterpret_cast<acc_t*>(shared_raw);
-  acc_t* in_s = go_s + samples;
+  acc_t* in_s = go_s + (samples >> gx_shift) * ((1 << gx_shift) + kGoPad);
   __shared__ acc_t team_sums[kGradThreads * 4];
   const int gx = 1 << gx_shift, gy = samples >> gx_shift;
   const int tid = threadIdx.x;
@@ -63,6 +65,7 @@ __global__ void __launch_bounds__(kGradThreads)
   const int64_t units = g.terms * tiles_per_term;
   const int64_t u0 = units * chunk / chunks, u1 = units * (chunk + 1) / chunks;
   const int64_t out_plane = int64_t(g.out_h) * g.out_w, in_plane = int64_t(g.in_h) * g.in_w;
+  const int in_h = g.in_h, in_w = g.in_w;
 
   acc_t acc[kMaxGroupsPerThread][4];
 #pragma unroll
@@ -78,14 +81,15 @@ __global__ void __launch_bounds__(kGradThreads)
     const T* gop = go + (t * g.go_term_stride + wp) * out_plane;
     const T* inp = in + (t * g.in_term_stride + wp / g.mult) * in_plane;
     __syncthreads();  // the previous unit's tiles are no longer read
-    fill_shared<4>(go_s, samples, tid, kGradThreads, [&](int e) {
-      const int y = oy0 + (e >> gx_shift), x = ox0 + (e & (gx - 1));
-      return y < g.out_h && x < g.out_w ? static_cast<acc_t>(gop[int64_t(y) * g.out_w + x])
-                                        : acc_t(0);
-    });
-    fill_shared<8>(in_s, rows * pitch, tid, kGradThreads, [&](int e) {
-      const int row = e / pitch, col = e - row * pitch;
-      return col < cols ? load(inp, gy0 + row, gx0 + col, g.in_h, g.in_w) : acc_t(0);
+    fill_box<4>(go_s, gy * (gx + kGoPad), tid, kGradThreads, gy, gx + kGoPad,
+                [&](int, int row, int col) {
+                  const int y = oy0 + row, x = ox0 + col;
+                  return col < gx && y < g.out_h && x < g.out_w
+                             ? static_cast<acc_t>(gop[int64_t(y) * g.out_w + x])
+                             : acc_t(0);
+                });
+    fill_box<8>(in_s, rows * pitch, tid, kGradThreads, rows, pitch, [&](int, int row, int col) {
+      return col < cols ? load(inp, gy0 + row, gx0 + col, in_h, in_w) : acc_t(0);
     });
     __syncthreads();
     const int vy = min(gy, g.out_h - oy0), vx = min(gx, g.out_w - ox0);
@@ -99,7 +103,7 @@ __global__ void __launch_bounds__(kGradThreads)
       for (int s = lane; s < samples; s += team) {
         const int sy = s >> gx_shift, sx = s & (gx - 1);
         if (sy >= vy || sx >= vx) continue;
-        const acc_t gv = go_s[s];
+        const acc_t gv = go_s[sy * (gx + kGoPad) + sx];
         const acc_t* v = in_q + sy * g.sh * pitch + sx * g.sw;
 #pragma unroll
         for (int r = 0; r < 4; ++r) acc[q][r] += gv * v[r * g.dw];
@@ -131,6 +135,95 @@ __global__ void __launch_bounds__(kGradThreads)
       for (int lane = 0; lane < team; ++lane) sum += team_sums[(quad * team + lane) * 4 + r];
       dst[i * g.kw + j] = sum;
     }
+  }
+}
+
+// The same partial sums for square kernels of kK = 3, 5 or 7 taps, stride kS
+// and dilation 1: each thread owns all kK*kK taps and a strip of 4 samples
+// along x per work unit (lanes walk down the rows, so the padded pitches keep
+// shared memory free of bank conflicts), keeping one row of inputs in
+// registers for all 4 samples; a fixed shuffle tree and a fixed pass over the
+// warps then reduce the block's sums.
+template <typename T, typename Loader, int kS, int kK>
+__global__ void __launch_bounds__(kGradThreads)
+    weight_grad_small_kernel(const T* __restrict__ go, const T* __restrict__ in,
+                             at::opmath_type<T>* __restrict__ partial, PlaneWeightGrad g,
+                             Loader load, int samples, int gx_shift, int tiles_x,
+                             int64_t tiles_per_term, int rows, int cols, int pitch) {
+  using acc_t = at::opmath_type<T>;
+  constexpr int kTaps = kK * kK;
+  constexpr int kSpan = 3 * kS + kK;  // inputs of one tap row under 4 samples
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  __shared__ acc_t warp_sums[kGradThreads / 32][kTaps];
+  const int gx = 1 << gx_shift, gy = samples >> gx_shift, go_pitch = gx + kGoPad;
+  acc_t* go_s = reinterpret_cast<acc_t*>(shared_raw);
+  acc_t* in_s = go_s + gy * go_pitch;
+  const int tid = threadIdx.x;
+  const int64_t wp = blockIdx.x;
+  const int64_t chunks = gridDim.y, chunk = blockIdx.y;
+  const int64_t units = g.terms * tiles_per_term;
+  const int64_t u0 = units * chunk / chunks, u1 = units * (chunk + 1) / chunks;
+  const int64_t out_plane = int64_t(g.out_h) * g.out_w, in_plane = int64_t(g.in_h) * g.in_w;
+  const int in_h = g.in_h, in_w = g.in_w;
+
+  acc_t acc[kTaps];
+#pragma unroll
+  for (int t = 0; t < kTaps; ++t) acc[t] = acc_t(0);
+
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t t = u / tiles_per_term;
+    const int tile = static_cast<int>(u - t * tiles_per_term);
+    const int oy0 = (tile / tiles_x) * gy, ox0 = (tile % tiles_x) * gx;
+    const int gy0 = oy0 * kS - g.ph, gx0 = ox0 * kS - g.pw;
+    const int vy = min(gy, g.out_h - oy0), vx = min(gx, g.out_w - ox0);
+    // Inputs that no valid sample reads stay zero, so the padding samples
+    // (grad output zero) never meet a stray Inf.
+    const int rows_read = (vy - 1) * kS + kK, cols_read = (vx - 1) * kS + kK;
+    const T* gop = go + (t * g.go_term_stride + wp) * out_plane;
+    const T* inp = in + (t * g.in_term_stride + wp / g.mult) * in_plane;
+    __syncthreads();  // the previous unit's tiles are no longer read
+    fill_box<4>(go_s, gy * go_pitch, tid, kGradThreads, gy, go_pitch, [&](int, int row, int col) {
+      return row < vy && col < vx
+                 ? static_cast<acc_t>(gop[int64_t(oy0 + row) * g.out_w + ox0 + col])
+                 : acc_t(0);
+    });
+    fill_box<8>(in_s, rows * pitch, tid, kGradThreads, rows, pitch, [&](int, int row, int col) {
+      return row < rows_read && col < cols_read ? load(inp, gy0 + row, gx0 + col, in_h, in_w)
+                                                : acc_t(0);
+    });
+    __syncthreads();
+    for (int q = tid; q < samples / 4; q += kGradThreads) {
+      const int sy = q & (gy - 1), sx = (q / gy) * 4;
+      if (sy >= vy || sx >= vx) continue;
+      acc_t gv[4];
+      load4(go_s + sy * go_pitch + sx, gv[0], gv[1], gv[2], gv[3]);
+#pragma unroll
+      for (int i = 0; i < kK; ++i) {
+        const acc_t* row = in_s + (sy * kS + i) * pitch + sx * kS;
+        acc_t b[kSpan];
+#pragma unroll
+        for (int e = 0; e < kSpan; ++e) b[e] = row[e];
+#pragma unroll
+        for (int j = 0; j < kK; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) acc[i * kK + j] += gv[r] * b[r * kS + j];
+      }
+    }
+  }
+
+  const int lane = tid % 32, warp = tid / 32;
+#pragma unroll
+  for (int t = 0; t < kTaps; ++t) {
+    acc_t v = acc[t];
+    for (int step = 16; step > 0; step >>= 1) v += __shfl_down_sync(0xffffffffu, v, step);
+    if (lane == 0) warp_sums[warp][t] = v;
+  }
+  __syncthreads();
+  acc_t* dst = partial + (wp * chunks + chunk) * kTaps;
+  for (int t = tid; t < kTaps; t += kGradThreads) {
+    acc_t sum = 0;
+    for (int w = 0; w < kGradThreads / 32; ++w) sum += warp_sums[w][t];
+    dst[t] = sum;
   }
 }
 
@@ -170,7 +263,7 @@ WeightGradPlan plan_weight_grad(const PlaneWeightGrad& g) {
   if (g.in_h >= lim || g.in_w >= lim || span_y >= lim || span_x >= lim) return p;
   const int kwq = (g.kw + 3) / 4;
   if (int64_t(g.kh) * kwq > int64_t(kGradThreads) * kMaxGroupsPerThread) return p;
-  int gx = pow2_at_least(g.out_w, 64);
+  const int gx = std::max(4, pow2_at_least(g.out_w, 64));
   p.gx_shift = 0;
   while ((1 << p.gx_shift) < gx) ++p.gx_shift;
   // The largest tile (at most kMaxSamples, at least one row) whose shared
@@ -181,7 +274,7 @@ WeightGradPlan plan_weight_grad(const PlaneWeightGrad& g) {
     p.rows = (gy - 1) * g.sh + (g.kh - 1) * g.dh + 1;
     p.cols = (gx - 1) * g.sw + (4 * kwq - 1) * g.dw + 1;
     p.pitch = pitch_for(p.cols);
-    p.shared_bytes = (p.samples + int64_t(p.rows) * p.pitch) * sizeof(Acc);
+    p.shared_bytes = (int64_t(gy) * (gx + kGoPad) + int64_t(p.rows) * p.pitch) * sizeof(Acc);
     if (p.shared_bytes + kGradThreads * 4 * sizeof(Acc) <= kMaxSharedBytes) break;
     if (gy == 1) return p;
   }
@@ -205,14 +298,46 @@ void launch_plane_weight_grad(const T* go, const T* in, at::opmath_type<T>* part
                               cudaStream_t stream) {
   using namespace plane_detail;
   const dim3 grid(static_cast<unsigned>(g.weight_planes), static_cast<unsigned>(p.chunks));
-  weight_grad_partial_kernel<T, Loader><<<grid, kGradThreads, p.shared_bytes, stream>>>(
-      go, in, partial, g, load, p.samples, p.gx_shift, p.tiles_x, p.tiles_per_term, p.rows, p.cols,
-      p.pitch);
+  auto small = [&](auto s, auto k) {
+    weight_grad_small_kernel<T, Loader, decltype(s)::value, decltype(k)::value>
+        <<<grid, kGradThreads, p.shared_bytes, stream>>>(go, in, partial, g, load, p.samples,
+                                                         p.gx_shift, p.tiles_x, p.tiles_per_term,
+                                                         p.rows, p.cols, p.pitch);
+  };
+  using I1 = std::integral_constant<int, 1>;
+  using I2 = std::integral_constant<int, 2>;
+  using K3 = std::integral_constant<int, 3>;
+  using K5 = std::integral_constant<int, 5>;
+  using K7 = std::integral_constant<int, 7>;
+  const bool square = g.kh == g.kw && g.dh == 1 && g.dw == 1 && g.sh == g.sw;
+  int k = square ? g.kh : 0;
+  const int s = square ? g.sh : 0;
+  if constexpr (!std::is_same<T, double>::value) {
+    if (s == 1 && k == 3)
+      small(I1{}, K3{});
+    else if (s == 1 && k == 5)
+      small(I1{}, K5{});
+    else if (s == 1 && k == 7)
+      small(I1{}, K7{});
+    else if (s == 2 && k == 3)
+      small(I2{}, K3{});
+    else if (s == 2 && k == 5)
+      small(I2{}, K5{});
+    else
+      k = 0;
+  } else {
+    k = 0;
+  }
+  if (k == 0) {
+    weight_grad_partial_kernel<T, Loader><<<grid, kGradThreads, p.shared_bytes, stream>>>(
+        go, in, partial, g, load, p.samples, p.gx_shift, p.tiles_x, p.tiles_per_term, p.rows,
+        p.cols, p.pitch);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   const int64_t total = g.weight_planes * g.kh * g.kw;
   const int64_t blocks = std::min<int64_t>((total + 255) / 256, int64_t{1} << 20);
-  weight_grad_finish_kernel<T><<<blocks, 256, 0, stream>>>(partial, gw, total,
-                                                           int64_t(g.kh) * g.kw, p.chunks);
+  weight_grad_finish_kernel<T>
+      <<<blocks, 256, 0, stream>>>(partial, gw, total, int64_t(g.kh) * g.kw, p.chunks);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

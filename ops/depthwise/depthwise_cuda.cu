@@ -1,16 +1,16 @@
-#include "ops/depthwise/depthwise.h"
-
-#include "ops/common/launch.h"
-#include "ops/common/plane_correlation.cuh"
-#include "ops/common/plane_weight_grad.cuh"
-
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <algorithm>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+
+#include "ops/common/launch.h"
+#include "ops/common/plane_correlation.cuh"
+#include "ops/common/plane_weight_grad.cuh"
+#include "ops/depthwise/depthwise.h"
 
 namespace customconv {
 namespace {
@@ -153,16 +153,16 @@ bool forward_tiled(const at::Tensor& input, const at::Tensor& weight, const at::
   int v[12];
   if (!engine_geometry(d, k, v)) return false;
   const int64_t kc = d.c * d.mult;
-  const PlaneCorrelation g{d.n * kc, 1, 1, d.mult, 0, 1, kc, 0, kc,
-                           v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
-                           false};
+  const PlaneCorrelation g{d.n * kc, 1,    1,    d.mult, 0,     1,    kc,   0,
+                           kc,       v[0], v[1], v[2],   v[3],  v[4], v[5], v[6],
+                           v[7],     v[8], v[9], v[10],  v[11], false};
   bool done = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cuda", [&] {
         done = launch_plane_correlation<scalar_t>(
             input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-            bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr,
-            output.data_ptr<scalar_t>(), g, ZeroBorder<scalar_t>{}, stream);
+            bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, output.data_ptr<scalar_t>(),
+            g, ZeroBorder<scalar_t>{}, stream);
       });
   return done;
 }
@@ -190,22 +190,39 @@ bool grad_input_tiled(const at::Tensor& grad_output, const at::Tensor& weight,
   int v[12];
   if (!engine_geometry(d, k, v)) return false;
   const int64_t kc = d.c * d.mult;
-  const PlaneCorrelation g{d.n * d.c, d.mult, d.mult, 1, 1, d.mult, kc, 1, 1,
-                           v[2], v[3], v[0], v[1], v[4], v[5], 1, 1,
+  const PlaneCorrelation g{d.n * d.c,
+                           d.mult,
+                           d.mult,
+                           1,
+                           1,
+                           d.mult,
+                           kc,
+                           1,
+                           1,
+                           v[2],
+                           v[3],
+                           v[0],
+                           v[1],
+                           v[4],
+                           v[5],
+                           1,
+                           1,
                            static_cast<int>((k.kh - 1) * k.dh - k.ph),
-                           static_cast<int>((k.kw - 1) * k.dw - k.pw), v[10], v[11], true};
+                           static_cast<int>((k.kw - 1) * k.dw - k.pw),
+                           v[10],
+                           v[11],
+                           true};
   bool done = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cuda",
-      [&] {
+      at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cuda", [&] {
         const scalar_t* go = grad_output.const_data_ptr<scalar_t>();
         const scalar_t* w = weight.const_data_ptr<scalar_t>();
         scalar_t* gi = grad_input.data_ptr<scalar_t>();
         done = k.sh == 1 && k.sw == 1
                    ? launch_plane_correlation<scalar_t>(go, w, nullptr, gi, g,
                                                         ZeroBorder<scalar_t>{}, stream)
-                   : launch_plane_correlation<scalar_t>(go, w, nullptr, gi, g,
-                                                        StridedGather<scalar_t>{v[6], v[7]}, stream);
+                   : launch_plane_correlation<scalar_t, false>(
+                         go, w, nullptr, gi, g, StridedGather<scalar_t>{v[6], v[7]}, stream);
       });
   return done;
 }
@@ -216,8 +233,8 @@ bool grad_weight_tiled(const at::Tensor& grad_output, const at::Tensor& input,
   int v[12];
   if (!engine_geometry(d, k, v)) return false;
   const int64_t kc = d.c * d.mult;
-  const PlaneWeightGrad g{kc,   d.n,  kc,   d.c,  d.mult, v[0], v[1], v[2],  v[3],  v[4],
-                          v[5], v[6], v[7], v[8], v[9],   v[10], v[11]};
+  const PlaneWeightGrad g{kc,   d.n,  kc,   d.c,  d.mult, v[0], v[1],  v[2], v[3],
+                          v[4], v[5], v[6], v[7], v[8],   v[9], v[10], v[11]};
   bool done = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_grad_weight_cuda", [&] {

@@ -1,18 +1,18 @@
-#include "ops/filter2d/adjoint.h"
-
-#include "ops/common/launch.h"
-#include "ops/common/plane_correlation.cuh"
-#include "ops/common/plane_weight_grad.cuh"
-#include "ops/filter2d/border.h"
-#include "ops/filter2d/filter2d.h"
-
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <algorithm>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+
+#include "ops/common/launch.h"
+#include "ops/common/plane_correlation.cuh"
+#include "ops/common/plane_weight_grad.cuh"
+#include "ops/filter2d/adjoint.h"
+#include "ops/filter2d/border.h"
+#include "ops/filter2d/filter2d.h"
 
 namespace customconv {
 namespace {
@@ -88,9 +88,9 @@ __global__ void __launch_bounds__(kThreads)
 // between; each gathers its whole gradient with filter2d_input_gradient.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    grad_input_band_kernel(const T* __restrict__ go, const T* __restrict__ kern,
-                           T* __restrict__ gi, int64_t planes, int64_t h, int64_t w, int64_t bh,
-                           int64_t bw, Filter2dShape s) {
+    grad_input_band_kernel(const T* __restrict__ go, const T* __restrict__ kern, T* __restrict__ gi,
+                           int64_t planes, int64_t h, int64_t w, int64_t bh, int64_t bw,
+                           Filter2dShape s) {
   using acc_t = at::opmath_type<T>;
   const int64_t rows_part = 2 * bh * w, cols_part = (h - 2 * bh) * 2 * bw;
   const int64_t per_plane = rows_part + cols_part;
@@ -176,8 +176,8 @@ void forward_cuda(const at::Tensor& planes, const at::Tensor& kernel, const at::
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, planes.scalar_type(), "filter2d_cuda", [&] {
         if (sizes_ok) {
-          const PlaneCorrelation g{n,    1,    1,    1,    0,    1, 1, 0, 1, v[0], v[1], v[0],
-                                   v[1], v[2], v[3], 1,    1,    v[4], v[5], 1, 1, false};
+          const PlaneCorrelation g{n,    1,    1,    1,    0, 1, 1,    0,    1, v[0], v[1],
+                                   v[0], v[1], v[2], v[3], 1, 1, v[4], v[5], 1, 1,    false};
           if (launch_plane_correlation<scalar_t>(
                   planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(), nullptr,
                   out.data_ptr<scalar_t>(), g, BorderLoad<scalar_t>{s.border, v[4], v[5]}, stream))
@@ -207,9 +207,28 @@ void grad_input_cuda(const at::Tensor& grad_out, const at::Tensor& kernel,
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, grad_out.scalar_type(), "filter2d_grad_input_cuda", [&] {
         if (sizes_ok) {
-          const PlaneCorrelation g{n,    1,    1,    1,    0,    1,    1,    0,    1,    v[0], v[1],
-                                   v[0], v[1], v[2], v[3], 1,    1,    v[2] - 1 - v[4],
-                                   v[3] - 1 - v[5], 1, 1, true};
+          const PlaneCorrelation g{n,
+                                   1,
+                                   1,
+                                   1,
+                                   0,
+                                   1,
+                                   1,
+                                   0,
+                                   1,
+                                   v[0],
+                                   v[1],
+                                   v[0],
+                                   v[1],
+                                   v[2],
+                                   v[3],
+                                   1,
+                                   1,
+                                   v[2] - 1 - v[4],
+                                   v[3] - 1 - v[5],
+                                   1,
+                                   1,
+                                   true};
           if (launch_plane_correlation<scalar_t>(
                   grad_out.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(), nullptr,
                   grad_in.data_ptr<scalar_t>(), g, ZeroBorder<scalar_t>{}, stream)) {
@@ -248,8 +267,8 @@ void grad_kernel_cuda(const at::Tensor& grad_out, const at::Tensor& planes,
       at::kHalf, at::kBFloat16, planes.scalar_type(), "filter2d_grad_kernel_cuda", [&] {
         using acc_t = at::opmath_type<scalar_t>;
         if (sizes_ok) {
-          const PlaneWeightGrad g{1,    planes.size(0), 1, 1, 1, v[0], v[1], v[0], v[1],
-                                  v[2], v[3],           1, 1, v[4], v[5], 1, 1};
+          const PlaneWeightGrad g{1,    planes.size(0), 1, 1, 1,    v[0], v[1], v[0], v[1],
+                                  v[2], v[3],           1, 1, v[4], v[5], 1,    1};
           const WeightGradPlan p = plan_weight_grad<acc_t>(g);
           if (p.ok) {
             const at::Tensor partial = at::empty(

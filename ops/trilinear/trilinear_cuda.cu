@@ -1,17 +1,17 @@
-#include "ops/trilinear/corner_weights.h"
-
-#include "ops/common/launch.h"
-#include "ops/trilinear/trilinear.h"
-
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
+
+#include "ops/common/launch.h"
+#include "ops/trilinear/corner_weights.h"
+#include "ops/trilinear/trilinear.h"
 
 namespace customconv {
 namespace {
@@ -188,9 +188,9 @@ void backward_cuda(const at::Tensor& grad_out, const at::Tensor& feats, const at
           int team = 1;
           while (team < kThreads && team * V * 4 < f) team *= 2;
           const int64_t blocks = blocks_for(n, kThreads / team);
-          backward_kernel<scalar_t, V><<<blocks, kThreads, 0, stream>>>(
-              gp, fp, points.const_data_ptr<scalar_t>(), gfp, grad_points.data_ptr<scalar_t>(), n,
-              f, team);
+          backward_kernel<scalar_t, V>
+              <<<blocks, kThreads, 0, stream>>>(gp, fp, points.const_data_ptr<scalar_t>(), gfp,
+                                                grad_points.data_ptr<scalar_t>(), n, f, team);
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         };
         constexpr int kPack = 16 / sizeof(scalar_t) > 1 ? 16 / sizeof(scalar_t) : 1;
