@@ -30,16 +30,15 @@ struct PlaneCorrelation {
   bool flip;
 };
 
+// A Loader maps the coordinates of the tile being staged to plane indices:
+// row(y, h) and col(x, w) give the row and column read for padded coordinate
+// y or x of a plane of h x w samples, or -1 for a zero. The engines tabulate
+// both once per tile.
+
 // Zero outside the plane (convolution padding).
-template <typename T>
 struct ZeroBorder {
-  __device__ at::opmath_type<T> operator()(const T* plane, int y, int x, int h, int w) const {
-    using acc_t = at::opmath_type<T>;
-    return static_cast<unsigned>(y) < static_cast<unsigned>(h) &&
-                   static_cast<unsigned>(x) < static_cast<unsigned>(w)
-               ? static_cast<acc_t>(plane[int64_t(y) * w + x])
-               : acc_t(0);
-  }
+  __device__ int row(int y, int h) const { return static_cast<unsigned>(y) < unsigned(h) ? y : -1; }
+  __device__ int col(int x, int w) const { return static_cast<unsigned>(x) < unsigned(w) ? x : -1; }
 };
 
 namespace plane_detail {
@@ -48,6 +47,25 @@ constexpr int kThreads = 256;
 constexpr int kMaxSharedBytes = 48 * 1024;
 // Static shared memory of the correlation kernel: its per-slot plane tables.
 constexpr int kTableBytes = kThreads * (sizeof(void*) + sizeof(int64_t));
+
+// a / b and a % b for non-negative operands, in 32 bits when they fit.
+__device__ inline int64_t div_nonneg(int64_t a, int64_t b) {
+  return (a | b) < (int64_t{1} << 31) ? int64_t(uint32_t(a) / uint32_t(b)) : a / b;
+}
+__device__ inline int64_t mod_nonneg(int64_t a, int64_t b) {
+  return (a | b) < (int64_t{1} << 31) ? int64_t(uint32_t(a) % uint32_t(b)) : a % b;
+}
+
+// Fills the row and column tables of a tile whose top-left padded coordinate
+// is (y0, x0): rows[r] for r < n_rows, cols[c] for c < n_pitch (-1 past
+// n_cols).
+template <typename Loader>
+__device__ inline void fill_index_tables(int* rows, int* cols, int n_rows, int n_cols, int n_pitch,
+                                         int y0, int x0, int h, int w, const Loader& load, int tid,
+                                         int nthreads) {
+  for (int r = tid; r < n_rows; r += nthreads) rows[r] = load.row(y0 + r, h);
+  for (int c = tid; c < n_pitch; c += nthreads) cols[c] = c < n_cols ? load.col(x0 + c, w) : -1;
+}
 
 // Shared-memory row pitch: at least `cols`, and 1 (mod 4) so that the 4
 // row-groups of a warp (8 threads x 4 columns each) fall on distinct banks.
@@ -76,7 +94,8 @@ inline bool plan(const PlaneCorrelation& g, int k_rows, Geometry& geo) {
     geo.cols = (geo.tx * 4 - 1) * g.sw + (g.kw - 1) * g.dw + 1;
     geo.pitch = pitch_for(geo.cols);
     geo.shared_bytes =
-        int64_t(geo.tz) * (int64_t(g.kh) * geo.kwp + int64_t(geo.rows) * geo.pitch) * sizeof(Acc);
+        int64_t(geo.tz) * (int64_t(g.kh) * geo.kwp + int64_t(geo.rows) * geo.pitch) * sizeof(Acc) +
+        int64_t(geo.rows + geo.pitch) * sizeof(int);
     if (geo.shared_bytes + kTableBytes <= kMaxSharedBytes) return true;
     if (geo.tz > 1) {
       geo.tz /= 2;
@@ -209,9 +228,13 @@ __global__ void __launch_bounds__(kThreads)
   const int tx4 = thread_x * 4, tyr = thread_y * kRows;
   const int64_t in_plane_size = int64_t(g.in_h) * g.in_w;
 
-  const int in_h = g.in_h, in_w = g.in_w;
+  const int in_w = g.in_w;
   __shared__ const T* in_planes[kThreads];  // the input plane of each slot (null: none)
   __shared__ int64_t weight_planes[kThreads];
+  int* row_src = reinterpret_cast<int*>(tiles + bz * tile_count);
+  int* col_src = row_src + rows;
+  fill_index_tables(row_src, col_src, rows, cols, pitch, gy0, gx0, g.in_h, g.in_w, load, tid,
+                    nthreads);
 
   for (int64_t base = int64_t(blockIdx.y) * bz; base < g.out_planes;
        base += int64_t(gridDim.y) * bz) {
@@ -227,8 +250,9 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t p = base + tid;
         const bool live = p < g.out_planes;
         in_planes[tid] =
-            live ? in + (p * g.in_mul / g.in_div + f * g.in_fan_stride) * in_plane_size : nullptr;
-        weight_planes[tid] = live ? (p * g.w_mul) % g.w_mod + f * g.w_fan_stride : -1;
+            live ? in + (div_nonneg(p * g.in_mul, g.in_div) + f * g.in_fan_stride) * in_plane_size
+                 : nullptr;
+        weight_planes[tid] = live ? mod_nonneg(p * g.w_mul, g.w_mod) + f * g.w_fan_stride : -1;
       }
       __syncthreads();
       fill_shared<4>(shared, bz * tap_count, tid, nthreads, [&](int t) {
@@ -241,13 +265,15 @@ __global__ void __launch_bounds__(kThreads)
         }
         return v;
       });
-      // Columns past `cols` are never read by a valid output: zero, so no
-      // stray Inf can meet a padded tap.
+      // Columns past `cols` are never read by a valid output: zero (their
+      // table entries are -1), so no stray Inf can meet a padded tap.
       const T* plane0 = in_planes[0];
       fill_box<8>(tiles, bz * tile_count, tid, nthreads, rows, pitch, [&](int z, int row, int col) {
         const T* plane = bz == 1 ? plane0 : in_planes[z];
-        return plane != nullptr && col < cols ? load(plane, gy0 + row, gx0 + col, in_h, in_w)
-                                              : acc_t(0);
+        const int rs = row_src[row], cs = col_src[col];
+        return plane != nullptr && (rs | cs) >= 0
+                   ? static_cast<acc_t>(plane[int64_t(rs) * in_w + cs])
+                   : acc_t(0);
       });
       __syncthreads();
 

@@ -54,6 +54,8 @@ __global__ void __launch_bounds__(kGradThreads)
   extern __shared__ __align__(16) unsigned char shared_raw[];
   acc_t* go_s = reinterpret_cast<acc_t*>(shared_raw);
   acc_t* in_s = go_s + (samples >> gx_shift) * ((1 << gx_shift) + kGoPad);
+  int* row_src = reinterpret_cast<int*>(in_s + rows * pitch);
+  int* col_src = row_src + rows;
   __shared__ acc_t team_sums[kGradThreads * 4];
   const int gx = 1 << gx_shift, gy = samples >> gx_shift;
   const int tid = threadIdx.x;
@@ -88,8 +90,12 @@ __global__ void __launch_bounds__(kGradThreads)
                              ? static_cast<acc_t>(gop[int64_t(y) * g.out_w + x])
                              : acc_t(0);
                 });
+    fill_index_tables(row_src, col_src, rows, cols, pitch, gy0, gx0, in_h, in_w, load, tid,
+                      kGradThreads);
+    __syncthreads();
     fill_box<8>(in_s, rows * pitch, tid, kGradThreads, rows, pitch, [&](int, int row, int col) {
-      return col < cols ? load(inp, gy0 + row, gx0 + col, in_h, in_w) : acc_t(0);
+      const int rs = row_src[row], cs = col_src[col];
+      return (rs | cs) >= 0 ? static_cast<acc_t>(inp[int64_t(rs) * in_w + cs]) : acc_t(0);
     });
     __syncthreads();
     const int vy = min(gy, g.out_h - oy0), vx = min(gx, g.out_w - ox0);
@@ -158,6 +164,8 @@ __global__ void __launch_bounds__(kGradThreads)
   const int gx = 1 << gx_shift, gy = samples >> gx_shift, go_pitch = gx + kGoPad;
   acc_t* go_s = reinterpret_cast<acc_t*>(shared_raw);
   acc_t* in_s = go_s + gy * go_pitch;
+  int* row_src = reinterpret_cast<int*>(in_s + rows * pitch);
+  int* col_src = row_src + rows;
   const int tid = threadIdx.x;
   const int64_t wp = blockIdx.x;
   const int64_t chunks = gridDim.y, chunk = blockIdx.y;
@@ -187,9 +195,13 @@ __global__ void __launch_bounds__(kGradThreads)
                  ? static_cast<acc_t>(gop[int64_t(oy0 + row) * g.out_w + ox0 + col])
                  : acc_t(0);
     });
+    fill_index_tables(row_src, col_src, rows_read, cols_read, pitch, gy0, gx0, in_h, in_w, load,
+                      tid, kGradThreads);
+    for (int r = rows_read + tid; r < rows; r += kGradThreads) row_src[r] = -1;
+    __syncthreads();
     fill_box<8>(in_s, rows * pitch, tid, kGradThreads, rows, pitch, [&](int, int row, int col) {
-      return row < rows_read && col < cols_read ? load(inp, gy0 + row, gx0 + col, in_h, in_w)
-                                                : acc_t(0);
+      const int rs = row_src[row], cs = col_src[col];
+      return (rs | cs) >= 0 ? static_cast<acc_t>(inp[int64_t(rs) * in_w + cs]) : acc_t(0);
     });
     __syncthreads();
     for (int q = tid; q < samples / 4; q += kGradThreads) {
@@ -274,7 +286,8 @@ WeightGradPlan plan_weight_grad(const PlaneWeightGrad& g) {
     p.rows = (gy - 1) * g.sh + (g.kh - 1) * g.dh + 1;
     p.cols = (gx - 1) * g.sw + (4 * kwq - 1) * g.dw + 1;
     p.pitch = pitch_for(p.cols);
-    p.shared_bytes = (int64_t(gy) * (gx + kGoPad) + int64_t(p.rows) * p.pitch) * sizeof(Acc);
+    p.shared_bytes = (int64_t(gy) * (gx + kGoPad) + int64_t(p.rows) * p.pitch) * sizeof(Acc) +
+                     int64_t(p.rows + p.pitch) * sizeof(int);
     if (p.shared_bytes + kGradThreads * 4 * sizeof(Acc) <= kMaxSharedBytes) break;
     if (gy == 1) return p;
   }

@@ -162,23 +162,22 @@ bool forward_tiled(const at::Tensor& input, const at::Tensor& weight, const at::
         done = launch_plane_correlation<scalar_t>(
             input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
             bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, output.data_ptr<scalar_t>(),
-            g, ZeroBorder<scalar_t>{}, stream);
+            g, ZeroBorder{}, stream);
       });
   return done;
 }
 
 // A grad-output plane spread out by the stride (zeros between its samples),
 // as the transposed correlation reads it.
-template <typename T>
 struct StridedGather {
   int sh, sw;
-  __device__ at::opmath_type<T> operator()(const T* plane, int y, int x, int h, int w) const {
-    using acc_t = at::opmath_type<T>;
-    if (y < 0 || x < 0) return acc_t(0);
-    const int qy = y / sh, qx = x / sw;
-    if (qy * sh != y || qx * sw != x || qy >= h || qx >= w) return acc_t(0);
-    return static_cast<acc_t>(plane[int64_t(qy) * w + qx]);
+  __device__ static int spread(int t, int s, int n) {
+    if (t < 0) return -1;
+    const int q = t / s;
+    return q * s == t && q < n ? q : -1;
   }
+  __device__ int row(int y, int h) const { return spread(y, sh, h); }
+  __device__ int col(int x, int w) const { return spread(x, sw, w); }
 };
 
 // The input gradient is the grad output, spread out by the stride, correlated
@@ -219,10 +218,9 @@ bool grad_input_tiled(const at::Tensor& grad_output, const at::Tensor& weight,
         const scalar_t* w = weight.const_data_ptr<scalar_t>();
         scalar_t* gi = grad_input.data_ptr<scalar_t>();
         done = k.sh == 1 && k.sw == 1
-                   ? launch_plane_correlation<scalar_t>(go, w, nullptr, gi, g,
-                                                        ZeroBorder<scalar_t>{}, stream)
-                   : launch_plane_correlation<scalar_t, false>(
-                         go, w, nullptr, gi, g, StridedGather<scalar_t>{v[6], v[7]}, stream);
+                   ? launch_plane_correlation<scalar_t>(go, w, nullptr, gi, g, ZeroBorder{}, stream)
+                   : launch_plane_correlation<scalar_t, false>(go, w, nullptr, gi, g,
+                                                               StridedGather{v[6], v[7]}, stream);
       });
   return done;
 }
@@ -246,8 +244,8 @@ bool grad_weight_tiled(const at::Tensor& grad_output, const at::Tensor& input,
                       input.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
         launch_plane_weight_grad<scalar_t>(
             grad_output.const_data_ptr<scalar_t>(), input.const_data_ptr<scalar_t>(),
-            partial.mutable_data_ptr<acc_t>(), grad_weight.data_ptr<scalar_t>(), g, p,
-            ZeroBorder<scalar_t>{}, stream);
+            partial.mutable_data_ptr<acc_t>(), grad_weight.data_ptr<scalar_t>(), g, p, ZeroBorder{},
+            stream);
         done = true;
       });
   return done;

@@ -20,16 +20,15 @@ namespace {
 constexpr int kThreads = 256;
 // filter2d's padded plane as the engines' loader: the border mode inside the
 // padding, zero beyond it (read only by samples whose results are dropped).
-template <typename T>
 struct BorderLoad {
   Border mode;
   int ph, pw;
-  __device__ at::opmath_type<T> operator()(const T* plane, int y, int x, int h, int w) const {
-    using acc_t = at::opmath_type<T>;
-    if (y < -ph || y >= h + ph || x < -pw || x >= w + pw) return acc_t(0);
-    const int64_t sy = border_index(y, h, mode), sx = border_index(x, w, mode);
-    return sy >= 0 && sx >= 0 ? static_cast<acc_t>(plane[sy * w + sx]) : acc_t(0);
+  __device__ static int map(int t, int n, int pad, Border mode) {
+    if (t < -pad || t >= n + pad) return -1;
+    return static_cast<int>(border_index(t, n, mode));
   }
+  __device__ int row(int y, int h) const { return map(y, h, ph, mode); }
+  __device__ int col(int x, int w) const { return map(x, w, pw, mode); }
 };
 
 // Plane sizes and kernel as the engines' ints, or false when too large.
@@ -180,7 +179,7 @@ void forward_cuda(const at::Tensor& planes, const at::Tensor& kernel, const at::
                                    v[0], v[1], v[2], v[3], 1, 1, v[4], v[5], 1, 1,    false};
           if (launch_plane_correlation<scalar_t>(
                   planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(), nullptr,
-                  out.data_ptr<scalar_t>(), g, BorderLoad<scalar_t>{s.border, v[4], v[5]}, stream))
+                  out.data_ptr<scalar_t>(), g, BorderLoad{s.border, v[4], v[5]}, stream))
             return;
         }
         const int64_t total = out.numel();
@@ -231,7 +230,7 @@ void grad_input_cuda(const at::Tensor& grad_out, const at::Tensor& kernel,
                                    true};
           if (launch_plane_correlation<scalar_t>(
                   grad_out.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(), nullptr,
-                  grad_in.data_ptr<scalar_t>(), g, ZeroBorder<scalar_t>{}, stream)) {
+                  grad_in.data_ptr<scalar_t>(), g, ZeroBorder{}, stream)) {
             if (bh > 0) {
               const int64_t band = n * (2 * bh * w + (h - 2 * bh) * 2 * bw);
               grad_input_band_kernel<scalar_t><<<blocks_for(band, kThreads), kThreads, 0, stream>>>(
@@ -276,7 +275,7 @@ void grad_kernel_cuda(const at::Tensor& grad_out, const at::Tensor& planes,
             launch_plane_weight_grad<scalar_t>(
                 grad_out.const_data_ptr<scalar_t>(), planes.const_data_ptr<scalar_t>(),
                 partial.mutable_data_ptr<acc_t>(), grad_kernel.data_ptr<scalar_t>(), g, p,
-                BorderLoad<scalar_t>{s.border, v[4], v[5]}, stream);
+                BorderLoad{s.border, v[4], v[5]}, stream);
             return;
           }
         }
