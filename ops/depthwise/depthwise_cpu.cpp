@@ -1,12 +1,13 @@
-#include "ops/depthwise/depthwise.h"
-
-#include "ops/common/launch.h"
-
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+
 #include <algorithm>
+#include <type_traits>
 #include <vector>
+
+#include "ops/common/launch.h"
+#include "ops/depthwise/depthwise.h"
 
 namespace customconv {
 namespace {
@@ -27,6 +28,184 @@ XRange valid_x(int64_t offset, int64_t stride, int64_t w, int64_t ow) {
   return {lo, std::max(lo, hi)};
 }
 
+// The hot float32 loops below are compiled twice on x86-64 (x86-64-v3: AVX2 and FMA; and the
+// baseline), the loader picking one for the machine at run time.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CUSTOMCONV_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define CUSTOMCONV_CPU_CLONES
+#endif
+
+// 8 floats as one value (GCC/Clang vector extension: one AVX register, or
+// two SSE registers in the baseline build), loaded and stored unaligned.
+typedef float Float8 __attribute__((vector_size(32)));
+__attribute__((always_inline)) inline Float8 load8(const float* p) {
+  Float8 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+__attribute__((always_inline)) inline Float8 load8_strided(const float* p, int64_t stride) {
+  Float8 v;
+  for (int l = 0; l < 8; ++l) v[l] = p[l * stride];
+  return v;
+}
+// The even-indexed of 16 consecutive floats.
+__attribute__((always_inline)) inline Float8 load8_even(const float* p) {
+  typedef int Int8 __attribute__((vector_size(32)));
+  return __builtin_shuffle(load8(p), load8(p + 8), Int8{0, 2, 4, 6, 8, 10, 12, 14});
+}
+__attribute__((always_inline)) inline void store8(float* p, Float8 v) {
+  __builtin_memcpy(p, &v, sizeof v);
+}
+
+// Output row y of a correlation over a zero-padded plane P (row pitch pw_):
+// 16 outputs per block, accumulated in two 8-wide vector registers. With K > 0
+// (a K x K kernel, horizontal stride S of 1 or 2, dilation 1) every tap is
+// unrolled; stride 2 reads 16 consecutive inputs and keeps the even ones.
+template <int K, int S>
+__attribute__((always_inline)) inline void padded_row_f32(const float* P, int64_t pitch,
+                                                          const float* taps, const Window2d& k,
+                                                          int64_t y, int64_t ow, float bias,
+                                                          bool add, float* dst) {
+  for (int64_t x = 0; x < ow; x += 16) {
+    Float8 acc0 = bias - Float8{}, acc1 = acc0;
+    if constexpr (K > 0) {
+#pragma GCC unroll 8
+      for (int i = 0; i < K; ++i) {
+        const float* src = P + (y * k.sh + i * k.dh) * pitch + x * S;
+#pragma GCC unroll 16
+        for (int j = 0; j < K; ++j) {
+          const float t = taps[i * K + j];
+          if constexpr (S == 1) {
+            acc0 += t * load8(src + j);
+            acc1 += t * load8(src + j + 8);
+          } else {
+            acc0 += t * load8_even(src + j);
+            acc1 += t * load8_even(src + j + 16);
+          }
+        }
+      }
+    } else {
+      for (int64_t i = 0; i < k.kh; ++i) {
+        const float* src = P + (y * k.sh + i * k.dh) * pitch + x * k.sw;
+        for (int64_t j = 0; j < k.kw; ++j) {
+          const float t = taps[i * k.kw + j];
+          const float* s = src + j * k.dw;
+          if (k.sw == 1) {
+            acc0 += t * load8(s);
+            acc1 += t * load8(s + 8);
+          } else {
+            acc0 += t * load8_strided(s, k.sw);
+            acc1 += t * load8_strided(s + 8 * k.sw, k.sw);
+          }
+        }
+      }
+    }
+    if (x + 16 <= ow) {
+      if (add) {
+        acc0 += load8(dst + x);
+        acc1 += load8(dst + x + 8);
+      }
+      store8(dst + x, acc0);
+      store8(dst + x + 8, acc1);
+      continue;
+    }
+    float out[16];  // the last, partial block
+    store8(out, acc0);
+    store8(out + 8, acc1);
+    for (int64_t e = 0; x + e < ow; ++e) dst[x + e] = add ? dst[x + e] + out[e] : out[e];
+  }
+}
+
+// A whole float32 output plane (oh x ow) of the correlation of `plane` (h x w,
+// spread out by (spread_y, spread_x): zeros between its samples, as the input
+// gradient of a strided correlation reads its grad output) with `taps` under
+// window k. The plane is first copied, zero-padded, into `scratch` so that
+// every output, the edges included, runs the same vector loop; `add` adds to
+// dst instead of overwriting it.
+CUSTOMCONV_CPU_CLONES
+void correlate_plane_f32(const float* plane, int64_t h, int64_t w, int64_t spread_y,
+                         int64_t spread_x, const float* taps, const Window2d& k, int64_t oh,
+                         int64_t ow, float bias, bool add, float* dst,
+                         std::vector<float>& scratch) {
+  const int64_t ow16 = (ow + 15) / 16 * 16;
+  const int64_t rows = (oh - 1) * k.sh + (k.kh - 1) * k.dh + 1;
+  // One more vector of slack: stride-2 blocks read 16 inputs for 8 outputs.
+  const int64_t pitch = (ow16 - 1) * k.sw + (k.kw - 1) * k.dw + 1 + 8;
+  scratch.resize(static_cast<size_t>(rows * pitch));
+  float* P = scratch.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t ty = r - k.ph, iy = ty >= 0 ? ty / spread_y : -1;
+    float* prow = P + r * pitch;
+    if (iy < 0 || iy >= h || iy * spread_y != ty) {
+      std::fill(prow, prow + pitch, 0.f);
+      continue;
+    }
+    if (spread_x > 1) {
+      for (int64_t c = 0; c < pitch; ++c) {
+        const int64_t tx = c - k.pw, ix = tx >= 0 ? tx / spread_x : -1;
+        prow[c] = ix >= 0 && ix < w && ix * spread_x == tx ? plane[iy * w + ix] : 0.f;
+      }
+      continue;
+    }
+    const int64_t c0 = std::clamp<int64_t>(k.pw, 0, pitch);       // first column in the plane
+    const int64_t c1 = std::clamp<int64_t>(k.pw + w, c0, pitch);  // one past its last
+    std::fill(prow, prow + c0, 0.f);
+    std::copy(plane + iy * w + (c0 - k.pw), plane + iy * w + (c1 - k.pw), prow + c0);
+    std::fill(prow + c1, prow + pitch, 0.f);
+  }
+  const int s = k.dw == 1 && k.kh == k.kw && (k.sw == 1 || k.sw == 2) ? int(k.sw) : 0;
+  const int64_t kk = s > 0 ? k.kw : 0;
+  for (int64_t y = 0; y < oh; ++y) {
+    float* drow = dst + y * ow;
+#define CUSTOMCONV_ROW(K, S) padded_row_f32<K, S>(P, pitch, taps, k, y, ow, bias, add, drow)
+    if (s == 1 && kk == 3)
+      CUSTOMCONV_ROW(3, 1);
+    else if (s == 1 && kk == 5)
+      CUSTOMCONV_ROW(5, 1);
+    else if (s == 1 && kk == 7)
+      CUSTOMCONV_ROW(7, 1);
+    else if (s == 1 && kk == 9)
+      CUSTOMCONV_ROW(9, 1);
+    else if (s == 1 && kk == 11)
+      CUSTOMCONV_ROW(11, 1);
+    else if (s == 1 && kk == 13)
+      CUSTOMCONV_ROW(13, 1);
+    else if (s == 2 && kk == 3)
+      CUSTOMCONV_ROW(3, 2);
+    else if (s == 2 && kk == 5)
+      CUSTOMCONV_ROW(5, 2);
+    else if (s == 2 && kk == 7)
+      CUSTOMCONV_ROW(7, 2);
+    else
+      CUSTOMCONV_ROW(0, 0);
+#undef CUSTOMCONV_ROW
+  }
+}
+
+// sum over x in [0, n) of a[x] * b[x * stride], float32, in 16 fixed lanes
+// added in a fixed order at the end (vectorizable, deterministic).
+CUSTOMCONV_CPU_CLONES
+double dot_f32(const float* a, const float* b, int64_t n, int64_t stride) {
+  Float8 lane0{}, lane1{};
+  int64_t x = 0;
+  for (; x + 16 <= n; x += 16) {
+    if (stride == 1) {
+      lane0 += load8(a + x) * load8(b + x);
+      lane1 += load8(a + x + 8) * load8(b + x + 8);
+    } else {
+      lane0 += load8(a + x) * load8_strided(b + x * stride, stride);
+      lane1 += load8(a + x + 8) * load8_strided(b + (x + 8) * stride, stride);
+    }
+  }
+  float tail = 0;
+  for (; x < n; ++x) tail += a[x] * b[x * stride];
+  double sum = tail;
+  for (int l = 0; l < 8; ++l) sum += lane0[l];
+  for (int l = 0; l < 8; ++l) sum += lane1[l];
+  return sum;
+}
+
 // Work split: one task per output plane (image, output channel); each output
 // row is accumulated in opmath precision tap by tap, the inner loop running
 // along the row (unit stride in the output, vectorizable).
@@ -36,11 +215,17 @@ void forward_planes(const T* in, const T* wt, const T* bias, T* out, const Dims&
   using acc_t = at::opmath_type<T>;
   at::parallel_for(0, d.n * d.k(), grain_for(k.kh * k.kw * d.oh * d.ow), [&](int64_t b, int64_t e) {
     std::vector<acc_t> acc(static_cast<size_t>(d.ow));
+    std::vector<float> scratch;
     for (int64_t p = b; p < e; ++p) {
       const int64_t oc = p % d.k(), n = p / d.k();
       const T* plane = in + (n * d.c + oc / d.mult) * d.h * d.w;
       const T* taps = wt + oc * k.kh * k.kw;
       const acc_t b0 = bias ? static_cast<acc_t>(bias[oc]) : acc_t(0);
+      if constexpr (std::is_same_v<T, float>) {
+        correlate_plane_f32(plane, d.h, d.w, 1, 1, taps, k, d.oh, d.ow, b0, false,
+                            out + p * d.oh * d.ow, scratch);
+        continue;
+      }
       for (int64_t y = 0; y < d.oh; ++y) {
         std::fill(acc.begin(), acc.end(), b0);
         for (int64_t i = 0; i < k.kh; ++i) {
@@ -75,6 +260,32 @@ template <typename T>
 void grad_input_planes(const T* go, const T* wt, T* gi, const Dims& d, const Window2d& k) {
   using acc_t = at::opmath_type<T>;
   const int64_t work = d.mult * k.kh * k.kw * d.oh * d.ow;
+  if constexpr (std::is_same_v<T, float>) {
+    {
+      // The gradient is the grad output, spread out by the stride, correlated
+      // with the rotated taps and padded by dilation*(k-1) - padding; the m
+      // output channels add in order.
+      const Window2d adj{k.kh, k.kw, 1, 1, (k.kh - 1) * k.dh - k.ph, (k.kw - 1) * k.dw - k.pw,
+                         k.dh, k.dw};
+      const int64_t taps = k.kh * k.kw;
+      std::vector<float> rotated(static_cast<size_t>(d.k() * taps));
+      for (int64_t oc = 0; oc < d.k(); ++oc)
+        for (int64_t t = 0; t < taps; ++t) rotated[oc * taps + t] = wt[oc * taps + taps - 1 - t];
+      at::parallel_for(0, d.n * d.c, grain_for(work), [&](int64_t b, int64_t e) {
+        std::vector<float> scratch;
+        for (int64_t p = b; p < e; ++p) {
+          const int64_t c = p % d.c, n = p / d.c;
+          for (int64_t m = 0; m < d.mult; ++m) {
+            const int64_t oc = c * d.mult + m;
+            const float* gplane = go + (n * d.k() + oc) * d.oh * d.ow;
+            correlate_plane_f32(gplane, d.oh, d.ow, k.sh, k.sw, rotated.data() + oc * taps, adj,
+                                d.h, d.w, 0.f, m > 0, gi + p * d.h * d.w, scratch);
+          }
+        }
+      });
+      return;
+    }
+  }
   at::parallel_for(0, d.n * d.c, grain_for(work), [&](int64_t b, int64_t e) {
     std::vector<acc_t> acc(static_cast<size_t>(d.h * d.w));
     for (int64_t p = b; p < e; ++p) {
@@ -129,6 +340,11 @@ void grad_weight_channels(const T* go, const T* in, T* gw, const Dims& d, const 
               if (iy < 0 || iy >= d.h) continue;
               const T* grow = gplane + y * d.ow;
               const T* row = plane + iy * d.w;
+              if constexpr (std::is_same_v<T, float>) {
+                sum += static_cast<acc_t>(
+                    dot_f32(grow + r.lo, row + r.lo * k.sw + off, r.hi - r.lo, k.sw));
+                continue;
+              }
               for (int64_t x = r.lo; x < r.hi; ++x) {
                 sum += static_cast<acc_t>(grow[x]) * static_cast<acc_t>(row[x * k.sw + off]);
               }
