@@ -117,6 +117,54 @@ __attribute__((always_inline)) inline void padded_row_f32(const float* P, int64_
   }
 }
 
+// Output rows y and y + 1 at once for a fixed K x K kernel at stride S: four
+// independent accumulators (two rows x two vectors) keep the FMA units busy
+// where one row's two dependency chains would wait on FMA latency.
+template <int K, int S>
+__attribute__((always_inline)) inline void padded_rows2_f32(const float* P, int64_t pitch,
+                                                            const float* taps, const Window2d& k,
+                                                            int64_t y, int64_t ow, float bias,
+                                                            bool add, float* dst) {
+  for (int64_t x = 0; x < ow; x += 16) {
+    Float8 a00 = bias - Float8{}, a01 = a00, a10 = a00, a11 = a00;
+#pragma GCC unroll 16
+    for (int i = 0; i < K; ++i) {
+      const float* s0 = P + (y * k.sh + i * k.dh) * pitch + x * S;
+      const float* s1 = s0 + k.sh * pitch;
+#pragma GCC unroll 16
+      for (int j = 0; j < K; ++j) {
+        const float t = taps[i * K + j];
+        if constexpr (S == 1) {
+          a00 += t * load8(s0 + j);
+          a01 += t * load8(s0 + j + 8);
+          a10 += t * load8(s1 + j);
+          a11 += t * load8(s1 + j + 8);
+        } else {
+          a00 += t * load8_even(s0 + j);
+          a01 += t * load8_even(s0 + j + 16);
+          a10 += t * load8_even(s1 + j);
+          a11 += t * load8_even(s1 + j + 16);
+        }
+      }
+    }
+    float* d0 = dst + y * ow + x;
+    float* d1 = d0 + ow;
+    if (x + 16 <= ow) {
+      if (add) {
+        a00 += load8(d0), a01 += load8(d0 + 8), a10 += load8(d1), a11 += load8(d1 + 8);
+      }
+      store8(d0, a00), store8(d0 + 8, a01), store8(d1, a10), store8(d1 + 8, a11);
+      continue;
+    }
+    float out[2][16];  // the last, partial block
+    store8(out[0], a00), store8(out[0] + 8, a01), store8(out[1], a10), store8(out[1] + 8, a11);
+    for (int64_t e = 0; x + e < ow; ++e) {
+      d0[e] = add ? d0[e] + out[0][e] : out[0][e];
+      d1[e] = add ? d1[e] + out[1][e] : out[1][e];
+    }
+  }
+}
+
 // A whole float32 output plane (oh x ow) of the correlation of `plane` (h x w,
 // spread out by (spread_y, spread_x): zeros between its samples, as the input
 // gradient of a strided correlation reads its grad output) with `taps` under
@@ -156,7 +204,32 @@ void correlate_plane_f32(const float* plane, int64_t h, int64_t w, int64_t sprea
   }
   const int s = k.dw == 1 && k.kh == k.kw && (k.sw == 1 || k.sw == 2) ? int(k.sw) : 0;
   const int64_t kk = s > 0 ? k.kw : 0;
-  for (int64_t y = 0; y < oh; ++y) {
+  int64_t y = 0;
+  for (; y + 2 <= oh && s > 0; y += 2) {
+#define CUSTOMCONV_ROWS2(K, S) padded_rows2_f32<K, S>(P, pitch, taps, k, y, ow, bias, add, dst)
+    if (s == 1 && kk == 3)
+      CUSTOMCONV_ROWS2(3, 1);
+    else if (s == 1 && kk == 5)
+      CUSTOMCONV_ROWS2(5, 1);
+    else if (s == 1 && kk == 7)
+      CUSTOMCONV_ROWS2(7, 1);
+    else if (s == 1 && kk == 9)
+      CUSTOMCONV_ROWS2(9, 1);
+    else if (s == 1 && kk == 11)
+      CUSTOMCONV_ROWS2(11, 1);
+    else if (s == 1 && kk == 13)
+      CUSTOMCONV_ROWS2(13, 1);
+    else if (s == 2 && kk == 3)
+      CUSTOMCONV_ROWS2(3, 2);
+    else if (s == 2 && kk == 5)
+      CUSTOMCONV_ROWS2(5, 2);
+    else if (s == 2 && kk == 7)
+      CUSTOMCONV_ROWS2(7, 2);
+    else
+      break;
+#undef CUSTOMCONV_ROWS2
+  }
+  for (; y < oh; ++y) {
     float* drow = dst + y * ow;
 #define CUSTOMCONV_ROW(K, S) padded_row_f32<K, S>(P, pitch, taps, k, y, ow, bias, add, drow)
     if (s == 1 && kk == 3)
