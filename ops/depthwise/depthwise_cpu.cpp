@@ -256,27 +256,56 @@ void correlate_plane_f32(const float* plane, int64_t h, int64_t w, int64_t sprea
   }
 }
 
-// sum over x in [0, n) of a[x] * b[x * stride], float32, in 16 fixed lanes
-// added in a fixed order at the end (vectorizable, deterministic).
+// Adds one image's contribution to the weight gradient of one float32 channel:
+// for every tap, 16 lane sums (lanes[tap * 16 + l]) of grad_output times the
+// input it met. The input plane is copied zero-padded (and zero past the last
+// column or row any output reads, so the grad output's zero padding never
+// meets a stray Inf) and the grad output to rows of a multiple of 16; then
+// each tap is 16-wide vector products over whole rows.
 CUSTOMCONV_CPU_CLONES
-double dot_f32(const float* a, const float* b, int64_t n, int64_t stride) {
-  Float8 lane0{}, lane1{};
-  int64_t x = 0;
-  for (; x + 16 <= n; x += 16) {
-    if (stride == 1) {
-      lane0 += load8(a + x) * load8(b + x);
-      lane1 += load8(a + x + 8) * load8(b + x + 8);
-    } else {
-      lane0 += load8(a + x) * load8_strided(b + x * stride, stride);
-      lane1 += load8(a + x + 8) * load8_strided(b + (x + 8) * stride, stride);
+void weight_grad_plane_f32(const float* go, const float* plane, int64_t h, int64_t w,
+                           const Window2d& k, int64_t oh, int64_t ow, float* lanes,
+                           std::vector<float>& pad_in, std::vector<float>& pad_go) {
+  const int64_t ow16 = (ow + 15) / 16 * 16;
+  const int64_t rows = (oh - 1) * k.sh + (k.kh - 1) * k.dh + 1;
+  const int64_t cols = (ow - 1) * k.sw + (k.kw - 1) * k.dw + 1;  // columns any output reads
+  const int64_t pitch = (ow16 - 1) * k.sw + (k.kw - 1) * k.dw + 1 + 8;
+  pad_in.assign(static_cast<size_t>(rows * pitch), 0.f);
+  pad_go.assign(static_cast<size_t>(oh * ow16), 0.f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t iy = r - k.ph;
+    if (iy < 0 || iy >= h) continue;
+    const int64_t c0 = std::clamp<int64_t>(k.pw, 0, cols),
+                  c1 = std::clamp<int64_t>(k.pw + w, c0, cols);
+    std::copy(plane + iy * w + (c0 - k.pw), plane + iy * w + (c1 - k.pw),
+              pad_in.data() + r * pitch + c0);
+  }
+  for (int64_t y = 0; y < oh; ++y)
+    std::copy(go + y * ow, go + (y + 1) * ow, pad_go.data() + y * ow16);
+  const float* P = pad_in.data();
+  for (int64_t i = 0; i < k.kh; ++i) {
+    for (int64_t j = 0; j < k.kw; ++j) {
+      Float8 a0 = load8(lanes + (i * k.kw + j) * 16), a1 = load8(lanes + (i * k.kw + j) * 16 + 8);
+      for (int64_t y = 0; y < oh; ++y) {
+        const float* g = pad_go.data() + y * ow16;
+        const float* p = P + (y * k.sh + i * k.dh) * pitch + j * k.dw;
+        for (int64_t x = 0; x < ow16; x += 16) {
+          if (k.sw == 1) {
+            a0 += load8(g + x) * load8(p + x);
+            a1 += load8(g + x + 8) * load8(p + x + 8);
+          } else if (k.sw == 2) {
+            a0 += load8(g + x) * load8_even(p + 2 * x);
+            a1 += load8(g + x + 8) * load8_even(p + 2 * x + 16);
+          } else {
+            a0 += load8(g + x) * load8_strided(p + x * k.sw, k.sw);
+            a1 += load8(g + x + 8) * load8_strided(p + (x + 8) * k.sw, k.sw);
+          }
+        }
+      }
+      store8(lanes + (i * k.kw + j) * 16, a0);
+      store8(lanes + (i * k.kw + j) * 16 + 8, a1);
     }
   }
-  float tail = 0;
-  for (; x < n; ++x) tail += a[x] * b[x * stride];
-  double sum = tail;
-  for (int l = 0; l < 8; ++l) sum += lane0[l];
-  for (int l = 0; l < 8; ++l) sum += lane1[l];
-  return sum;
 }
 
 // Work split: one task per output plane (image, output channel); each output
@@ -397,6 +426,28 @@ template <typename T>
 void grad_weight_channels(const T* go, const T* in, T* gw, const Dims& d, const Window2d& k) {
   using acc_t = at::opmath_type<T>;
   const int64_t work = d.n * k.kh * k.kw * d.oh * d.ow;
+  if constexpr (std::is_same_v<T, float>) {
+    // Per channel: every image adds into 16 lanes per tap, which are then
+    // summed in a fixed order (deterministic).
+    const int64_t taps = k.kh * k.kw;
+    at::parallel_for(0, d.k(), grain_for(work), [&](int64_t b, int64_t e) {
+      std::vector<float> lanes(static_cast<size_t>(taps * 16)), pad_in, pad_go;
+      for (int64_t oc = b; oc < e; ++oc) {
+        const int64_t c = oc / d.mult;
+        std::fill(lanes.begin(), lanes.end(), 0.f);
+        for (int64_t n = 0; n < d.n; ++n) {
+          weight_grad_plane_f32(go + (n * d.k() + oc) * d.oh * d.ow, in + (n * d.c + c) * d.h * d.w,
+                                d.h, d.w, k, d.oh, d.ow, lanes.data(), pad_in, pad_go);
+        }
+        for (int64_t t = 0; t < taps; ++t) {
+          double sum = 0;
+          for (int l = 0; l < 16; ++l) sum += lanes[t * 16 + l];
+          gw[oc * taps + t] = static_cast<float>(sum);
+        }
+      }
+    });
+    return;
+  }
   at::parallel_for(0, d.k(), grain_for(work), [&](int64_t b, int64_t e) {
     for (int64_t oc = b; oc < e; ++oc) {
       const int64_t c = oc / d.mult;
@@ -413,11 +464,6 @@ void grad_weight_channels(const T* go, const T* in, T* gw, const Dims& d, const 
               if (iy < 0 || iy >= d.h) continue;
               const T* grow = gplane + y * d.ow;
               const T* row = plane + iy * d.w;
-              if constexpr (std::is_same_v<T, float>) {
-                sum += static_cast<acc_t>(
-                    dot_f32(grow + r.lo, row + r.lo * k.sw + off, r.hi - r.lo, k.sw));
-                continue;
-              }
               for (int64_t x = r.lo; x < r.hi; ++x) {
                 sum += static_cast<acc_t>(grow[x]) * static_cast<acc_t>(row[x * k.sw + off]);
               }
