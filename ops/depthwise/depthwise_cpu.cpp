@@ -36,6 +36,12 @@ XRange valid_x(int64_t offset, int64_t stride, int64_t w, int64_t ow) {
 #define CUSTOMCONV_CPU_CLONES
 #endif
 
+// The helpers below are always inlined into their callers, so the vector
+// calling convention GCC warns about (-Wpsabi) never crosses a call.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 // 8 floats as one value (GCC/Clang vector extension: one AVX register, or
 // two SSE registers in the baseline build), loaded and stored unaligned.
 typedef float Float8 __attribute__((vector_size(32)));
