@@ -171,6 +171,20 @@ __attribute__((always_inline)) inline void padded_rows2_f32(const float* P, int6
   }
 }
 
+// All output rows of a plane: two per pass for a fixed kernel (K > 0), then
+// the odd one; one at a time for the general loop.
+template <int K, int S>
+__attribute__((always_inline)) inline void plane_rows_f32(const float* P, int64_t pitch,
+                                                          const float* taps, const Window2d& k,
+                                                          int64_t oh, int64_t ow, float bias,
+                                                          bool add, float* dst) {
+  int64_t y = 0;
+  if constexpr (K > 0) {
+    for (; y + 2 <= oh; y += 2) padded_rows2_f32<K, S>(P, pitch, taps, k, y, ow, bias, add, dst);
+  }
+  for (; y < oh; ++y) padded_row_f32<K, S>(P, pitch, taps, k, y, ow, bias, add, dst + y * ow);
+}
+
 // A whole float32 output plane (oh x ow) of the correlation of `plane` (h x w,
 // spread out by (spread_y, spread_x): zeros between its samples, as the input
 // gradient of a strided correlation reads its grad output) with `taps` under
@@ -208,58 +222,21 @@ void correlate_plane_f32(const float* plane, int64_t h, int64_t w, int64_t sprea
     std::copy(plane + iy * w + (c0 - k.pw), plane + iy * w + (c1 - k.pw), prow + c0);
     std::fill(prow + c1, prow + pitch, 0.f);
   }
-  const int s = k.dw == 1 && k.kh == k.kw && (k.sw == 1 || k.sw == 2) ? int(k.sw) : 0;
-  const int64_t kk = s > 0 ? k.kw : 0;
-  int64_t y = 0;
-  for (; y + 2 <= oh && s > 0; y += 2) {
-#define CUSTOMCONV_ROWS2(K, S) padded_rows2_f32<K, S>(P, pitch, taps, k, y, ow, bias, add, dst)
-    if (s == 1 && kk == 3)
-      CUSTOMCONV_ROWS2(3, 1);
-    else if (s == 1 && kk == 5)
-      CUSTOMCONV_ROWS2(5, 1);
-    else if (s == 1 && kk == 7)
-      CUSTOMCONV_ROWS2(7, 1);
-    else if (s == 1 && kk == 9)
-      CUSTOMCONV_ROWS2(9, 1);
-    else if (s == 1 && kk == 11)
-      CUSTOMCONV_ROWS2(11, 1);
-    else if (s == 1 && kk == 13)
-      CUSTOMCONV_ROWS2(13, 1);
-    else if (s == 2 && kk == 3)
-      CUSTOMCONV_ROWS2(3, 2);
-    else if (s == 2 && kk == 5)
-      CUSTOMCONV_ROWS2(5, 2);
-    else if (s == 2 && kk == 7)
-      CUSTOMCONV_ROWS2(7, 2);
-    else
-      break;
-#undef CUSTOMCONV_ROWS2
-  }
-  for (; y < oh; ++y) {
-    float* drow = dst + y * ow;
-#define CUSTOMCONV_ROW(K, S) padded_row_f32<K, S>(P, pitch, taps, k, y, ow, bias, add, drow)
-    if (s == 1 && kk == 3)
-      CUSTOMCONV_ROW(3, 1);
-    else if (s == 1 && kk == 5)
-      CUSTOMCONV_ROW(5, 1);
-    else if (s == 1 && kk == 7)
-      CUSTOMCONV_ROW(7, 1);
-    else if (s == 1 && kk == 9)
-      CUSTOMCONV_ROW(9, 1);
-    else if (s == 1 && kk == 11)
-      CUSTOMCONV_ROW(11, 1);
-    else if (s == 1 && kk == 13)
-      CUSTOMCONV_ROW(13, 1);
-    else if (s == 2 && kk == 3)
-      CUSTOMCONV_ROW(3, 2);
-    else if (s == 2 && kk == 5)
-      CUSTOMCONV_ROW(5, 2);
-    else if (s == 2 && kk == 7)
-      CUSTOMCONV_ROW(7, 2);
-    else
-      CUSTOMCONV_ROW(0, 0);
-#undef CUSTOMCONV_ROW
-  }
+  // Square kernels of 3..13 taps at stride 1 and 3..7 at stride 2 (dilation 1
+  // along x) run unrolled, two rows per pass; everything else the general loop.
+  const int64_t kk = k.dw == 1 && k.kh == k.kw ? k.kw : 0;
+  if (kk == 3 && k.sw == 1) return plane_rows_f32<3, 1>(P, pitch, taps, k, oh, ow, bias, add, dst);
+  if (kk == 5 && k.sw == 1) return plane_rows_f32<5, 1>(P, pitch, taps, k, oh, ow, bias, add, dst);
+  if (kk == 7 && k.sw == 1) return plane_rows_f32<7, 1>(P, pitch, taps, k, oh, ow, bias, add, dst);
+  if (kk == 9 && k.sw == 1) return plane_rows_f32<9, 1>(P, pitch, taps, k, oh, ow, bias, add, dst);
+  if (kk == 11 && k.sw == 1)
+    return plane_rows_f32<11, 1>(P, pitch, taps, k, oh, ow, bias, add, dst);
+  if (kk == 13 && k.sw == 1)
+    return plane_rows_f32<13, 1>(P, pitch, taps, k, oh, ow, bias, add, dst);
+  if (kk == 3 && k.sw == 2) return plane_rows_f32<3, 2>(P, pitch, taps, k, oh, ow, bias, add, dst);
+  if (kk == 5 && k.sw == 2) return plane_rows_f32<5, 2>(P, pitch, taps, k, oh, ow, bias, add, dst);
+  if (kk == 7 && k.sw == 2) return plane_rows_f32<7, 2>(P, pitch, taps, k, oh, ow, bias, add, dst);
+  plane_rows_f32<0, 0>(P, pitch, taps, k, oh, ow, bias, add, dst);
 }
 
 // Adds one image's contribution to the weight gradient of one float32 channel:
