@@ -47,6 +47,8 @@ class Record:
     speedup: float
     pct_copy_bw: Optional[float]  # forward of memory-bound ops only
     cls: str = ""  # size class the targets are stated for (e.g. "k<=5"), grouped in the summary
+    extra_mib: Optional[float] = None  # peak memory beyond inputs and results (conv2d, CUDA)
+    tflops: Optional[float] = None  # compute-bound ops (conv2d): our achieved TFLOP/s
 
 
 class Timer:
@@ -237,29 +239,59 @@ def bench_trilinear(device, dtype, timer, copy_bw, quick) -> List[Record]:
     return records
 
 
+# ResNet-50's convolution layers: (C, H, K, kernel, stride); H is the input size.
+RESNET50_LAYERS = [
+    (3, 224, 64, 7, 2),  # stem
+    (64, 56, 64, 1, 1), (64, 56, 64, 3, 1), (64, 56, 256, 1, 1), (256, 56, 64, 1, 1),
+    (256, 56, 128, 1, 1), (128, 56, 128, 3, 2), (128, 28, 512, 1, 1), (256, 56, 512, 1, 2),
+    (512, 28, 128, 1, 1), (128, 28, 128, 3, 1), (512, 28, 256, 1, 1), (256, 28, 256, 3, 2),
+    (256, 14, 1024, 1, 1), (512, 28, 1024, 1, 2), (1024, 14, 256, 1, 1), (256, 14, 256, 3, 1),
+    (1024, 14, 512, 1, 1), (512, 14, 512, 3, 2), (512, 7, 2048, 1, 1), (1024, 14, 2048, 1, 2),
+    (2048, 7, 512, 1, 1), (512, 7, 512, 3, 1),
+]
+
+
+def extra_memory_mib(fn: Callable[[], object], kept_bytes: Callable[[object], int]) -> float:
+    """Peak CUDA memory that fn() allocates beyond what it returns and what
+    existed before, in MiB (kept_bytes(result): the bytes of its results)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    result = fn()
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - before - kept_bytes(result)
+    return max(extra, 0) / 2**20
+
+
 def bench_conv2d(device, dtype, timer, copy_bw, quick) -> List[Record]:
-    # ResNet-50 layers, batch 32: (C, H, K, kernel, stride)
-    layers = [(3, 224, 64, 7, 2), (64, 56, 64, 1, 1), (64, 56, 64, 3, 1), (64, 56, 256, 1, 1),
-              (128, 56, 128, 3, 2), (128, 28, 128, 3, 1), (256, 28, 256, 3, 2),
-              (256, 14, 256, 3, 1), (512, 7, 512, 3, 1), (1024, 14, 2048, 1, 2)]
-    if quick:
-        layers = layers[1:4]
+    layers = RESNET50_LAYERS[1:4] if quick else RESNET50_LAYERS
     records = []
-    n = 32 if device == "cuda" else 2
+    n = 32 if device == "cuda" else 4
     for c, h, k, ks, s in layers:
         x = torch.randn(n, c, h, h, device=device, dtype=dtype)
-        w = torch.randn(k, c, ks, ks, device=device, dtype=dtype)
+        w = torch.randn(k, c, ks, ks, device=device, dtype=dtype) / math.sqrt(c * ks * ks)
         pad = ks // 2
         ours = lambda x, w: customconv.conv2d(x, w, None, s, pad)
         ref = lambda x, w: F.conv2d(x, w, None, s, pad)
         name = f"N{n} C{c} {h}x{h} K{k} k{ks} s{s}"
+        cls = "stem 7x7" if ks == 7 else f"{ks}x{ks}"
+        flops = 2 * n * k * c * ks * ks * (h // s) ** 2
         t_ours, t_base = timer(lambda: ours(x, w)), timer(lambda: ref(x, w))
+        extra = None
+        if device == "cuda":
+            extra = extra_memory_mib(lambda: ours(x, w), nbytes)
         records.append(Record("conv2d", name, str(dtype)[6:], "fwd", t_ours, "F.conv2d", t_base,
-                              t_base / t_ours, None))
+                              t_base / t_ours, None, cls, extra, flops / t_ours / 1e9))
         args = [x.clone().requires_grad_(), w.clone().requires_grad_()]
         t_ours_b, t_base_b = timer(fwd_bwd(ours, args)), timer(fwd_bwd(ref, args))
+        if device == "cuda":
+            def step():
+                out = ours(*args)
+                return (out,) + torch.autograd.grad(out, args, torch.ones_like(out))
+            extra = extra_memory_mib(step, lambda r: nbytes(*r) + r[0].numel() * r[0].element_size())
         records.append(Record("conv2d", name, str(dtype)[6:], "fwd+bwd", t_ours_b, "F.conv2d",
-                              t_base_b, t_base_b / t_ours_b, None))
+                              t_base_b, t_base_b / t_ours_b, None, cls, extra,
+                              3 * flops / t_ours_b / 1e9))
     return records
 
 
@@ -280,16 +312,23 @@ def geomean(values: Sequence[float]) -> float:
 def markdown(records: List[Record], device_name: str, copy_bw: float) -> str:
     lines = [f"# customconv benchmark on {device_name}", "",
              f"Device-to-device copy: {copy_bw:.0f} GB/s (read + write).", "",
-             "| op | shape | dtype | pass | ours ms | baseline | baseline ms | speedup | % copy BW |",
-             "|---|---|---|---|---:|---|---:|---:|---:|"]
+             "TFLOP/s: ours, for the compute-bound conv2d. Extra MiB: peak memory of ours beyond "
+             "its inputs and results (conv2d on CUDA).", "",
+             "| op | shape | dtype | pass | ours ms | baseline | baseline ms | speedup | % copy BW "
+             "| TFLOP/s | extra MiB |",
+             "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|"]
     for r in records:
         pct = f"{r.pct_copy_bw:.0f}%" if r.pct_copy_bw is not None else ""
+        tflops = f"{r.tflops:.1f}" if r.tflops is not None else ""
+        extra = f"{r.extra_mib:.0f}" if r.extra_mib is not None else ""
         lines.append(f"| {r.op} | {r.shape} | {r.dtype} | {r.pass_} | {r.ours_ms:.3f} | "
-                     f"{r.baseline} | {r.baseline_ms:.3f} | {r.speedup:.2f}x | {pct} |")
+                     f"{r.baseline} | {r.baseline_ms:.3f} | {r.speedup:.2f}x | {pct} | {tflops} "
+                     f"| {extra} |")
     lines += ["", "Geometric-mean speedup per op, pass, baseline, dtype and size class "
-              "(all: every case; min % copy BW over the forward cases):", "",
-              "| op | pass | baseline | dtype | class | geomean speedup | min % copy BW | cases |",
-              "|---|---|---|---|---|---:|---:|---:|"]
+              "(all: every case; min % copy BW over the forward cases; max extra MiB):", "",
+              "| op | pass | baseline | dtype | class | geomean speedup | min % copy BW "
+              "| max extra MiB | cases |",
+              "|---|---|---|---|---|---:|---:|---:|---:|"]
     groups: Dict[Tuple[str, str, str, str, str], List[Record]] = {}
     for r in records:
         for cls in sorted({"all", r.cls or "all"}):
@@ -297,8 +336,10 @@ def markdown(records: List[Record], device_name: str, copy_bw: float) -> str:
     for (op, p, b, dt, cls), rs in groups.items():
         pcts = [r.pct_copy_bw for r in rs if r.pct_copy_bw is not None]
         low = f"{min(pcts):.0f}%" if pcts else ""
+        extras = [r.extra_mib for r in rs if r.extra_mib is not None]
+        most = f"{max(extras):.0f}" if extras else ""
         lines.append(f"| {op} | {p} | {b} | {dt} | {cls} | "
-                     f"{geomean([r.speedup for r in rs]):.2f}x | {low} | {len(rs)} |")
+                     f"{geomean([r.speedup for r in rs]):.2f}x | {low} | {most} | {len(rs)} |")
     return "\n".join(lines) + "\n"
 
 

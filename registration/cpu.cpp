@@ -13,14 +13,14 @@ namespace {
 at::Tensor conv2d_cpu(const at::Tensor& input, const at::Tensor& weight,
                       const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                       c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
-  return conv2d_impl(cpu_column_kernels(), input, weight, bias, stride, padding, dilation, groups);
+  return conv2d_impl(cpu_conv2d_kernels(), input, weight, bias, stride, padding, dilation, groups);
 }
 
 at::Tensor conv2d_grad_input_cpu(const at::Tensor& grad_output, const at::Tensor& input,
                                  const at::Tensor& weight, c10::IntArrayRef stride,
                                  c10::IntArrayRef padding, c10::IntArrayRef dilation,
                                  int64_t groups) {
-  return conv2d_grad_input_impl(cpu_column_kernels(), grad_output, input, weight, stride, padding,
+  return conv2d_grad_input_impl(cpu_conv2d_kernels(), grad_output, input, weight, stride, padding,
                                 dilation, groups);
 }
 
@@ -28,7 +28,7 @@ at::Tensor conv2d_grad_weight_cpu(const at::Tensor& grad_output, const at::Tenso
                                   const at::Tensor& weight, c10::IntArrayRef stride,
                                   c10::IntArrayRef padding, c10::IntArrayRef dilation,
                                   int64_t groups) {
-  return conv2d_grad_weight_impl(cpu_column_kernels(), grad_output, input, weight, stride, padding,
+  return conv2d_grad_weight_impl(cpu_conv2d_kernels(), grad_output, input, weight, stride, padding,
                                  dilation, groups);
 }
 

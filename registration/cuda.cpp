@@ -22,7 +22,7 @@ at::Tensor conv2d_cuda(const at::Tensor& input, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                        c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(input));
-  return conv2d_impl(cuda_column_kernels(), input, weight, bias, stride, padding, dilation, groups);
+  return conv2d_impl(cuda_conv2d_kernels(), input, weight, bias, stride, padding, dilation, groups);
 }
 
 at::Tensor conv2d_grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& input,
@@ -30,7 +30,7 @@ at::Tensor conv2d_grad_input_cuda(const at::Tensor& grad_output, const at::Tenso
                                   c10::IntArrayRef padding, c10::IntArrayRef dilation,
                                   int64_t groups) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
-  return conv2d_grad_input_impl(cuda_column_kernels(), grad_output, input, weight, stride, padding,
+  return conv2d_grad_input_impl(cuda_conv2d_kernels(), grad_output, input, weight, stride, padding,
                                 dilation, groups);
 }
 
@@ -39,7 +39,7 @@ at::Tensor conv2d_grad_weight_cuda(const at::Tensor& grad_output, const at::Tens
                                    c10::IntArrayRef padding, c10::IntArrayRef dilation,
                                    int64_t groups) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
-  return conv2d_grad_weight_impl(cuda_column_kernels(), grad_output, input, weight, stride, padding,
+  return conv2d_grad_weight_impl(cuda_conv2d_kernels(), grad_output, input, weight, stride, padding,
                                  dilation, groups);
 }
 

@@ -1,32 +1,55 @@
 // conv2d as im2col + GEMM, and its three backward pieces, device-generic: the
-// device's column kernels come in as a ColumnKernels pair; GEMMs go through
-// ATen (cuBLAS on CUDA, the CPU BLAS on CPU).
+// device's kernels come in as a Conv2dKernels table.
 //
-// Images are processed in chunks bounded by workspace_limit_bytes(); a chunk's
-// columns are laid out (groups, C/groups*kh*kw, images*L) so that the chunk is
-// one batched GEMM with the weight viewed (groups, K/groups, C/groups*kh*kw).
+// Images are processed in chunks bounded by workspace_limit_bytes(). Routes:
+//   * depthwise (groups == C_in > 1, weight (C*m, 1, kh, kw)): the depthwise kernels;
+//   * pointwise (1x1, stride 1, no padding): the input is its own column buffer,
+//     so forward and grad input are GEMMs straight on the NCHW tensors;
+//   * otherwise im2col into a column buffer, then GEMMs. With large output
+//     planes the columns are per image, (n, groups, C/groups*kh*kw, L), and one
+//     strided-batched GEMM per group writes the NCHW output directly; with small
+//     planes they are (groups, C/groups*kh*kw, n*L), so that the chunk is one
+//     large GEMM per group, whose result is then copied into place.
+// The weight gradient always takes the second layout and accumulates over chunks
+// (in float32 for float16/bfloat16).
 #pragma once
 
 #include <optional>
 
 #include "ops/columns/column_kernels.h"
+#include "ops/conv2d/batched_gemm.h"
+#include "ops/depthwise/depthwise.h"
 
 namespace customconv {
 
-at::Tensor conv2d_impl(const ColumnKernels& kernels, const at::Tensor& input,
+struct Conv2dKernels {
+  ColumnKernels columns;
+  BatchedGemm gemm;
+  DepthwiseKernels depthwise;
+};
+
+inline Conv2dKernels cpu_conv2d_kernels() {
+  return {cpu_column_kernels(), &batched_gemm_cpu, cpu_depthwise_kernels()};
+}
+#ifdef CUSTOMCONV_WITH_CUDA
+inline Conv2dKernels cuda_conv2d_kernels() {
+  return {cuda_column_kernels(), &batched_gemm_cuda, cuda_depthwise_kernels()};
+}
+#endif
+
+at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input,
                        const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                        c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
                        int64_t groups);
 
 // d(loss)/d(input): GEMM with the transposed weight, then col2im.
-at::Tensor conv2d_grad_input_impl(const ColumnKernels& kernels, const at::Tensor& grad_output,
+at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor& grad_output,
                                   const at::Tensor& input, const at::Tensor& weight,
                                   c10::IntArrayRef stride, c10::IntArrayRef padding,
                                   c10::IntArrayRef dilation, int64_t groups);
 
-// d(loss)/d(weight): im2col, then GEMM with grad_output, accumulated over chunks
-// (in float32 for float16/bfloat16).
-at::Tensor conv2d_grad_weight_impl(const ColumnKernels& kernels, const at::Tensor& grad_output,
+// d(loss)/d(weight): im2col, then GEMM with grad_output, accumulated over chunks.
+at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tensor& grad_output,
                                    const at::Tensor& input, const at::Tensor& weight,
                                    c10::IntArrayRef stride, c10::IntArrayRef padding,
                                    c10::IntArrayRef dilation, int64_t groups);

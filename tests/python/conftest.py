@@ -22,6 +22,9 @@ def pytest_configure(config):
     # runs in test_conv2d_matches_torch_when_the_workspace_limit_splits_the_batch,
     # in a subprocess with 2 threads.
     torch.set_num_threads(1)
+    # float32 results are checked at float32's precision; conv2d's TF32 policy
+    # (it follows F.conv2d's) has its own test in test_conv2d_matches_torch.py.
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
     config.addinivalue_line(
         "markers", "cuda: needs a CUDA device; skipped when torch.cuda.is_available() is False"
     )

@@ -87,6 +87,67 @@ def test_conv2d_matches_torch_on_edge_cases(device, dtype, case, rng, gen, seed)
     run_conv2d_case(cfg, device, dtype, gen, ctx)
 
 
+# Each of conv2d's internal routes (see ops/conv2d/conv2d.h), pinned.
+_POINTWISE = dict(kernel=(1, 1), stride=(1, 1), padding=(0, 0))
+_LARGE_PLANE = dict(kernel=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1), size=(32, 33))
+ROUTE_CASES = {
+    # 1x1, stride 1, no padding: GEMMs straight on the NCHW tensors.
+    "pointwise": dict(_POINTWISE, kind="plain", batch=3),
+    "pointwise_grouped_more_images_than_groups": dict(_POINTWISE, kind="grouped", batch=3, groups=2),
+    "pointwise_grouped_more_groups_than_images": dict(_POINTWISE, groups=4, in_channels=8,
+                                                      out_channels=4, batch=2),
+    "pointwise_strided_takes_columns": dict(kernel=(1, 1), stride=(2, 2), padding=(0, 0)),
+    # Output planes of >= 1024 positions: per-image columns.
+    "large_plane": dict(_LARGE_PLANE, kind="plain", batch=2),
+    "large_plane_more_images_than_groups": dict(_LARGE_PLANE, groups=2, in_channels=4,
+                                                out_channels=2, batch=3),
+    "large_plane_more_groups_than_images": dict(_LARGE_PLANE, groups=3, in_channels=3,
+                                                out_channels=6, batch=2),
+    "large_plane_unbatched": dict(_LARGE_PLANE, kind="plain", batch=None),
+    # groups == C_in: the depthwise kernels.
+    "depthwise_multiplier2": dict(kind="depthwise", groups=3, in_channels=3, out_channels=6),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ROUTE_CASES))
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+def test_conv2d_matches_torch_on_each_route(device, dtype, case, rng, gen, seed):
+    cfg = random_conv2d_config(rng, **ROUTE_CASES[case])
+    ctx = f"seed={seed} {device} {dtype} route={case} {cfg}"
+    run_conv2d_case(cfg, device, dtype, gen, ctx)
+
+
+@cuda
+@pytest.mark.parametrize("shape", ["3x3", "1x1"])
+def test_conv2d_float32_follows_pytorchs_tf32_policy_for_convolutions(shape, gen):
+    # Like F.conv2d, float32 GEMMs use TF32 exactly when
+    # torch.backends.cudnn.conv.fp32_precision is "tf32" (allow_tf32 in the
+    # legacy API), so swapping nn.Conv2d for ours keeps the precision class.
+    k = 3 if shape == "3x3" else 1
+    x = make_tensor((4, 64, 40, 40), torch.float32, "cuda", gen=gen)
+    w = make_tensor((64, 64, k, k), torch.float32, "cuda", gen=gen)
+    ref = F.conv2d(x.double(), w.double(), padding=k // 2)
+    scale = F.conv2d(x.double().abs(), w.double().abs(), padding=k // 2)
+
+    def rel_err(out):
+        return ((out.double() - ref).abs() / scale).max().item()
+
+    errors = {}
+    saved = torch.backends.cudnn.conv.fp32_precision
+    try:
+        for mode in ("ieee", "tf32"):
+            torch.backends.cudnn.conv.fp32_precision = mode
+            ours = ops.conv2d(x, w, None, [1, 1], [k // 2] * 2, [1, 1], 1)
+            theirs = F.conv2d(x, w, padding=k // 2)
+            errors[mode] = (rel_err(ours), rel_err(theirs))
+    finally:
+        torch.backends.cudnn.conv.fp32_precision = saved
+    (ieee_ours, ieee_torch), (tf32_ours, tf32_torch) = errors["ieee"], errors["tf32"]
+    assert ieee_ours < 1e-5, errors  # float32 arithmetic
+    assert tf32_ours > 1e-5, errors  # TF32 (10-bit mantissa) arithmetic
+    assert tf32_ours < 4 * tf32_torch + 1e-6, errors
+
+
 @pytest.mark.parametrize("need", [("x",), ("w",), ("b",), ("x", "b"), ("w", "b"), ()])
 @pytest.mark.parametrize("device", DEVICES)
 def test_conv2d_gradients_only_of_inputs_that_require_grad(device, need, rng, gen, seed):

@@ -1,0 +1,129 @@
+// batched_gemm on CUDA: one cublasGemmStridedBatchedEx call on the operands'
+// own strides, on the current stream, with the compute type PyTorch's
+// convolutions would use.
+//
+// The library does not link cuBLAS itself: it calls the cuBLAS that libtorch_cuda
+// already loaded, so that a process never holds two cuBLAS builds under one
+// soname (the toolkit's and the one PyTorch ships).
+#include "ops/conv2d/batched_gemm.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/Exceptions.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+
+namespace customconv {
+namespace {
+
+cudaDataType_t cuda_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return CUDA_R_32F;
+    case at::kDouble: return CUDA_R_64F;
+    case at::kHalf: return CUDA_R_16F;
+    case at::kBFloat16: return CUDA_R_16BF;
+    default: TORCH_CHECK(false, "batched_gemm: unsupported dtype ", t);
+  }
+}
+
+// One matrix of a batched view, as the cuBLAS (column-major) operand whose
+// op() is the matrix's transpose. cuBLAS computes c^T = b^T · a^T, which is
+// c = a · b in the row-major terms the tensors are in.
+struct Operand {
+  cublasOperation_t op;
+  int64_t ld;
+  int64_t batch_stride;
+  bool ok;
+};
+
+// `t` is (B, rows, cols). A unit stride along cols: the memory, read column-
+// major with ld = the row stride, is already the transpose (op N). A unit
+// stride along rows: it is the matrix itself, so op T.
+Operand transposed_operand(const at::Tensor& t) {
+  const int64_t rows = t.size(1), cols = t.size(2);
+  const int64_t sr = t.stride(1), sc = t.stride(2);
+  const int64_t bs = t.size(0) == 1 ? 0 : t.stride(0);
+  if (sc == 1 || cols == 1) {
+    const int64_t ld = rows == 1 ? std::max<int64_t>(cols, 1) : sr;
+    return {CUBLAS_OP_N, ld, bs, ld >= std::max<int64_t>(cols, 1)};
+  }
+  if (sr == 1 || rows == 1) {
+    const int64_t ld = cols == 1 ? std::max<int64_t>(rows, 1) : sc;
+    return {CUBLAS_OP_T, ld, bs, ld >= std::max<int64_t>(rows, 1)};
+  }
+  return {CUBLAS_OP_N, 0, 0, false};
+}
+
+using StridedBatchedGemmFn = decltype(&cublasGemmStridedBatchedEx_64);
+
+#define CUSTOMCONV_STR2(x) #x
+#define CUSTOMCONV_STR(x) CUSTOMCONV_STR2(x)
+
+StridedBatchedGemmFn strided_batched_gemm() {
+  static const StridedBatchedGemmFn fn = [] {
+    constexpr const char* kSymbol = "cublasGemmStridedBatchedEx_64";
+    constexpr const char* kSoname = "libcublas.so." CUSTOMCONV_STR(CUBLAS_VER_MAJOR);
+    void* sym = dlsym(RTLD_DEFAULT, kSymbol);
+    if (sym == nullptr) {
+      // Loaded by libtorch_cuda, perhaps outside the global scope.
+      if (void* lib = dlopen(kSoname, RTLD_NOW | RTLD_NOLOAD)) sym = dlsym(lib, kSymbol);
+    }
+    TORCH_CHECK(sym != nullptr, "customconv: cannot find ", kSymbol, " in the process (", kSoname,
+                " is loaded by libtorch_cuda)");
+    return reinterpret_cast<StridedBatchedGemmFn>(sym);
+  }();
+  return fn;
+}
+
+cublasComputeType_t compute_type(at::ScalarType t) {
+  if (t == at::kDouble) return CUBLAS_COMPUTE_64F;
+  if (t == at::kFloat && at::globalContext().allowTF32CuDNN(at::Float32Op::CONV)) {
+    return CUBLAS_COMPUTE_32F_FAST_TF32;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+
+}  // namespace
+
+void batched_gemm_cuda(const at::Tensor& a_arg, const at::Tensor& b_arg, const at::Tensor& c,
+                       bool accumulate) {
+  TORCH_INTERNAL_ASSERT(a_arg.dim() == 3 && b_arg.dim() == 3 && c.dim() == 3);
+  const int64_t batch = c.size(0), m = c.size(1), n = c.size(2), k = a_arg.size(2);
+  TORCH_INTERNAL_ASSERT(a_arg.size(0) == batch && b_arg.size(0) == batch && a_arg.size(1) == m &&
+                        b_arg.size(1) == k && b_arg.size(2) == n);
+  TORCH_INTERNAL_ASSERT(c.stride(2) == 1 || n == 1);
+  if (batch == 0 || m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate) c.zero_();
+    return;
+  }
+  const c10::cuda::CUDAGuard guard(c.device());
+  at::Tensor a = a_arg, b = b_arg;
+  Operand oa = transposed_operand(a), ob = transposed_operand(b);
+  if (!oa.ok) a = a.contiguous(), oa = transposed_operand(a);
+  if (!ob.ok) b = b.contiguous(), ob = transposed_operand(b);
+  const int64_t ldc = m == 1 ? n : c.stride(1);
+  const int64_t c_batch_stride = batch == 1 ? 0 : c.stride(0);
+
+  const at::ScalarType in_type = a.scalar_type();
+  const cublasComputeType_t compute = compute_type(in_type);
+  const double alpha_d = 1.0, beta_d = accumulate ? 1.0 : 0.0;
+  const float alpha_f = 1.0f, beta_f = accumulate ? 1.0f : 0.0f;
+  const bool is_double = compute == CUBLAS_COMPUTE_64F;
+  const void* alpha = is_double ? static_cast<const void*>(&alpha_d) : &alpha_f;
+  const void* beta = is_double ? static_cast<const void*>(&beta_d) : &beta_f;
+
+  cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();  // bound to the current stream
+  // cuBLAS's (M, N, K) = (n, m, k); its A is b, its B is a.
+  TORCH_CUDABLAS_CHECK(strided_batched_gemm()(
+      handle, ob.op, oa.op, n, m, k, alpha, b.const_data_ptr(), cuda_type(in_type), ob.ld,
+      ob.batch_stride, a.const_data_ptr(), cuda_type(in_type), oa.ld, oa.batch_stride, beta,
+      c.data_ptr(), cuda_type(c.scalar_type()), ldc, c_batch_stride, batch, compute,
+      CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace customconv
