@@ -6,6 +6,7 @@
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <algorithm>
+#include <limits>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -14,29 +15,45 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// The window geometry in the kernels' index type.
+template <typename I>
+struct Geometry {
+  I c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+  I image_stride, row_stride;
+};
+
+template <typename I>
+Geometry<I> geometry(const at::Tensor& images, const Window2d& k, int64_t oh, int64_t ow,
+                     ColumnLayout lay) {
+  return {I(images.size(1)), I(images.size(2)), I(images.size(3)), I(oh), I(ow),
+          I(k.kh), I(k.kw), I(k.sh), I(k.sw), I(k.ph), I(k.pw), I(k.dh), I(k.dw),
+          I(lay.image_stride), I(lay.row_stride)};
+}
+
 // One thread per (image, channel, y, x) of the window grid; it writes the
 // kh*kw column entries of that window position. Neighbouring threads take
 // neighbouring x, so both the image reads and the column writes coalesce.
-template <typename T>
+// I is int32_t when every offset fits (cheaper index arithmetic), else int64_t.
+template <typename T, typename I>
 __global__ void __launch_bounds__(kThreads)
-    im2col_kernel(const T* __restrict__ in, T* __restrict__ col, int64_t total, int64_t c,
-                  int64_t h, int64_t w, Window2d k, int64_t oh, int64_t ow, ColumnLayout lay) {
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t x = idx % ow;
-    const int64_t y = (idx / ow) % oh;
-    const int64_t p = idx / (ow * oh);  // plane index b * c + ch
-    const int64_t ch = p % c, b = p / c;
-    const T* plane = in + p * h * w;
-    T* dst = col + b * lay.image_stride + ch * k.kh * k.kw * lay.row_stride + y * ow + x;
-    const int64_t y0 = y * k.sh - k.ph, x0 = x * k.sw - k.pw;
-    for (int64_t i = 0; i < k.kh; ++i) {
-      const int64_t iy = y0 + i * k.dh;
-      const bool row_ok = iy >= 0 && iy < h;
-      for (int64_t j = 0; j < k.kw; ++j) {
-        const int64_t ix = x0 + j * k.dw;
-        *dst = (row_ok && ix >= 0 && ix < w) ? plane[iy * w + ix] : T(0);
-        dst += lay.row_stride;
+    im2col_kernel(const T* __restrict__ in, T* __restrict__ col, I total, Geometry<I> g) {
+  for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total;
+       idx += I(gridDim.x) * blockDim.x) {
+    const I x = idx % g.ow;
+    const I rest = idx / g.ow;
+    const I y = rest % g.oh;
+    const I p = rest / g.oh;  // plane index b * c + ch
+    const I ch = p % g.c, b = p / g.c;
+    const T* plane = in + p * g.h * g.w;
+    T* dst = col + b * g.image_stride + ch * g.kh * g.kw * g.row_stride + y * g.ow + x;
+    const I y0 = y * g.sh - g.ph, x0 = x * g.sw - g.pw;
+    for (I i = 0; i < g.kh; ++i) {
+      const I iy = y0 + i * g.dh;
+      const bool row_ok = iy >= 0 && iy < g.h;
+      for (I j = 0; j < g.kw; ++j) {
+        const I ix = x0 + j * g.dw;
+        *dst = (row_ok && ix >= 0 && ix < g.w) ? plane[iy * g.w + ix] : T(0);
+        dst += g.row_stride;
       }
     }
   }
@@ -45,36 +62,44 @@ __global__ void __launch_bounds__(kThreads)
 // One thread per image element (image, channel, iy, ix); it gathers, in a
 // fixed order, every column entry whose window covers it and writes the sum
 // once (no atomics: deterministic).
-template <typename T>
+template <typename T, typename I>
 __global__ void __launch_bounds__(kThreads)
-    col2im_kernel(const T* __restrict__ col, T* __restrict__ out, int64_t total, int64_t c,
-                  int64_t h, int64_t w, Window2d k, int64_t oh, int64_t ow, ColumnLayout lay) {
+    col2im_kernel(const T* __restrict__ col, T* __restrict__ out, I total, Geometry<I> g) {
   using acc_t = at::opmath_type<T>;
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t ix = idx % w;
-    const int64_t iy = (idx / w) % h;
-    const int64_t p = idx / (w * h);
-    const int64_t ch = p % c, b = p / c;
-    const T* src = col + b * lay.image_stride + ch * k.kh * k.kw * lay.row_stride;
+  for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total;
+       idx += I(gridDim.x) * blockDim.x) {
+    const I ix = idx % g.w;
+    const I rest = idx / g.w;
+    const I iy = rest % g.h;
+    const I p = rest / g.h;
+    const I ch = p % g.c, b = p / g.c;
+    const T* src = col + b * g.image_stride + ch * g.kh * g.kw * g.row_stride;
     acc_t sum = 0;
-    for (int64_t i = 0; i < k.kh; ++i) {
-      const int64_t ty = iy + k.ph - i * k.dh;
+    for (I i = 0; i < g.kh; ++i) {
+      const I ty = iy + g.ph - i * g.dh;
       if (ty < 0) break;  // decreases with i
-      if (ty % k.sh != 0) continue;
-      const int64_t y = ty / k.sh;
-      if (y >= oh) continue;
-      for (int64_t j = 0; j < k.kw; ++j) {
-        const int64_t tx = ix + k.pw - j * k.dw;
+      if (ty % g.sh != 0) continue;
+      const I y = ty / g.sh;
+      if (y >= g.oh) continue;
+      for (I j = 0; j < g.kw; ++j) {
+        const I tx = ix + g.pw - j * g.dw;
         if (tx < 0) break;
-        if (tx % k.sw != 0) continue;
-        const int64_t x = tx / k.sw;
-        if (x >= ow) continue;
-        sum += static_cast<acc_t>(src[(i * k.kw + j) * lay.row_stride + y * ow + x]);
+        if (tx % g.sw != 0) continue;
+        const I x = tx / g.sw;
+        if (x >= g.ow) continue;
+        sum += static_cast<acc_t>(src[(i * g.kw + j) * g.row_stride + y * g.ow + x]);
       }
     }
     out[idx] = static_cast<T>(sum);
   }
+}
+
+// Whether every offset into `images` and `columns` (and the loop counters,
+// which run up to total plus one grid stride) fits in int32_t.
+bool fits_int32(const at::Tensor& images, const at::Tensor& columns, int64_t total) {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max() / 2;
+  const int64_t col_extent = columns.storage().nbytes() / std::max<int64_t>(columns.element_size(), 1);
+  return images.numel() < kMax && col_extent < kMax && total < kMax;
 }
 
 }  // namespace
@@ -87,9 +112,16 @@ void im2col_cuda(const at::Tensor& images, const at::Tensor& columns, const Wind
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, images.scalar_type(), "im2col_cuda", [&] {
-        im2col_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
-            images.const_data_ptr<scalar_t>(), columns.data_ptr<scalar_t>(), total, images.size(1),
-            images.size(2), images.size(3), win, oh, ow, layout);
+        const auto blocks = blocks_for(total, kThreads);
+        if (fits_int32(images, columns, total)) {
+          im2col_kernel<scalar_t, int32_t><<<blocks, kThreads, 0, stream>>>(
+              images.const_data_ptr<scalar_t>(), columns.data_ptr<scalar_t>(), int32_t(total),
+              geometry<int32_t>(images, win, oh, ow, layout));
+        } else {
+          im2col_kernel<scalar_t, int64_t><<<blocks, kThreads, 0, stream>>>(
+              images.const_data_ptr<scalar_t>(), columns.data_ptr<scalar_t>(), total,
+              geometry<int64_t>(images, win, oh, ow, layout));
+        }
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
 }
@@ -102,9 +134,16 @@ void col2im_cuda(const at::Tensor& columns, const at::Tensor& images, const Wind
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, images.scalar_type(), "col2im_cuda", [&] {
-        col2im_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
-            columns.const_data_ptr<scalar_t>(), images.data_ptr<scalar_t>(), total, images.size(1),
-            images.size(2), images.size(3), win, oh, ow, layout);
+        const auto blocks = blocks_for(total, kThreads);
+        if (fits_int32(images, columns, total)) {
+          col2im_kernel<scalar_t, int32_t><<<blocks, kThreads, 0, stream>>>(
+              columns.const_data_ptr<scalar_t>(), images.data_ptr<scalar_t>(), int32_t(total),
+              geometry<int32_t>(images, win, oh, ow, layout));
+        } else {
+          col2im_kernel<scalar_t, int64_t><<<blocks, kThreads, 0, stream>>>(
+              columns.const_data_ptr<scalar_t>(), images.data_ptr<scalar_t>(), total,
+              geometry<int64_t>(images, win, oh, ow, layout));
+        }
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
 }

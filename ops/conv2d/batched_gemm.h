@@ -19,11 +19,17 @@ namespace customconv {
 using BatchedGemm = void (*)(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                              bool accumulate);
 
+// How many GEMM output tiles (128 x 128) keep the device busy: conv2d splits
+// the long reduction of the weight gradient until it has that many.
+using GemmParallelism = int64_t (*)();
+
 void batched_gemm_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                       bool accumulate);
+inline int64_t gemm_parallelism_cpu() { return 1; }  // the CPU BLAS parallelises itself
 #ifdef CUSTOMCONV_WITH_CUDA
 void batched_gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                        bool accumulate);
+int64_t gemm_parallelism_cuda();  // two tiles per SM of the current device
 #endif
 
 }  // namespace customconv

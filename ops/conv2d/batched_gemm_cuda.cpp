@@ -89,6 +89,10 @@ cublasComputeType_t compute_type(at::ScalarType t) {
 
 }  // namespace
 
+int64_t gemm_parallelism_cuda() {
+  return 2 * int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+}
+
 void batched_gemm_cuda(const at::Tensor& a_arg, const at::Tensor& b_arg, const at::Tensor& c,
                        bool accumulate) {
   TORCH_INTERNAL_ASSERT(a_arg.dim() == 3 && b_arg.dim() == 3 && c.dim() == 3);

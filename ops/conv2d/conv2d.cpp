@@ -23,24 +23,38 @@ struct Plan {
   int64_t chunk;                  // images per chunk
 };
 
+enum class Pass { kForward, kGradInput, kGradWeight };
+
 bool routes_to_depthwise(const Conv2dShape<int64_t>& s) {
   return s.groups == s.in.c && s.in.c > 1;
 }
 
-// `weight_grad`: the weight gradient, which always takes the (g, rows_g, n*L) layout.
-Plan make_plan(const Conv2dShape<int64_t>& s, const at::Tensor& input, bool weight_grad) {
+// Bytes of one element of the weight gradient's partial products.
+int64_t partial_element_size(const at::Tensor& t) {
+  return std::max<int64_t>(t.element_size(), 4);
+}
+
+Plan make_plan(const Conv2dShape<int64_t>& s, const at::Tensor& input, Pass pass) {
   Plan p{s, s.groups, s.k / s.groups, (s.in.c / s.groups) * s.win.kh * s.win.kw, s.oh * s.ow,
          false, false, 1};
   const Window2d& w = s.win;
   p.pointwise = w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0;
-  p.per_image = !weight_grad && (p.pointwise || p.length >= kPerImageMinLength);
+  p.per_image = p.pointwise || p.length >= kPerImageMinLength;
   // Per image: the columns, plus (second layout) the GEMM result or the
-  // regrouped grad_output.
-  const int64_t elements = p.per_image ? (p.pointwise ? 0 : p.g * p.rows_g * p.length)
-                                       : (p.g * p.rows_g + s.k) * p.length;
-  const int64_t per_image = checked_mul("conv2d", "the workspace of one image", elements,
-                                        static_cast<int64_t>(input.element_size()));
-  p.chunk = images_per_chunk(s.in.n, per_image);
+  // regrouped grad_output, plus (weight gradient, per image) its partial product.
+  const char* op = "conv2d";
+  const int64_t elem = input.element_size();
+  int64_t bytes = 0;
+  if (p.per_image) {
+    if (!p.pointwise) bytes = checked_mul(op, "the columns of one image", p.g * p.rows_g, p.length * elem);
+    if (pass == Pass::kGradWeight) {
+      bytes += checked_mul(op, "the partial weight gradient of one image", p.g * p.kg,
+                           p.rows_g * partial_element_size(input));
+    }
+  } else {
+    bytes = checked_mul(op, "the workspace of one image", p.g * p.rows_g + s.k, p.length * elem);
+  }
+  p.chunk = images_per_chunk(s.in.n, bytes);
   return p;
 }
 
@@ -71,20 +85,54 @@ at::Tensor grad_output_rows(const at::Tensor& go, const Plan& p, int64_t n0, int
       .reshape({p.g, p.kg, nc * p.length});
 }
 
-// c[n, j] = a[j] · b[n, j] for every image n and group j: a (g, m, k) is shared
-// by the images, b is (nc, g, k, L) and c (nc, g, m, L). Strided-batched GEMMs,
-// batched over images or over groups, whichever is longer.
+// c[n, j] = a[n, j] · b[n, j] for every image n and group j: each operand is
+// (nc, g, rows, cols); a may be expanded along images (a shared weight).
+// Strided-batched GEMMs, batched over images or over groups, whichever is longer.
 void gemm_per_image(const Conv2dKernels& kernels, const at::Tensor& a, const at::Tensor& b,
                     const at::Tensor& c) {
   const int64_t nc = b.size(0), g = b.size(1);
   if (nc >= g) {
-    for (int64_t j = 0; j < g; ++j) {
-      const at::Tensor aj = a.select(0, j);
-      kernels.gemm(aj.unsqueeze(0).expand({nc, aj.size(0), aj.size(1)}), b.select(1, j),
-                   c.select(1, j), false);
-    }
+    for (int64_t j = 0; j < g; ++j) kernels.gemm(a.select(1, j), b.select(1, j), c.select(1, j), false);
   } else {
-    for (int64_t n = 0; n < nc; ++n) kernels.gemm(a, b.select(0, n), c.select(0, n), false);
+    for (int64_t n = 0; n < nc; ++n) kernels.gemm(a.select(0, n), b.select(0, n), c.select(0, n), false);
+  }
+}
+
+// The weight (g, K/g, rows_g) as the shared `a` of gemm_per_image.
+at::Tensor shared(const at::Tensor& w, int64_t nc) {
+  return w.unsqueeze(0).expand({nc, w.size(0), w.size(1), w.size(2)});
+}
+
+// How many slices to split the weight gradient's reduction of `total` terms
+// into, so that the GEMMs produce enough output tiles for the device, with the
+// partial products within the workspace.
+int64_t reduction_slices(const Conv2dKernels& kernels, const Plan& p, int64_t total,
+                         int64_t partial_bytes) {
+  const int64_t tiles = ((p.kg + 127) / 128) * ((p.rows_g + 127) / 128) * p.g;
+  const int64_t wanted = (kernels.gemm_parallelism() + tiles - 1) / tiles;
+  const int64_t by_length = std::max<int64_t>(total / 512, 1);
+  const int64_t by_memory = std::max<int64_t>(workspace_limit_bytes() / std::max<int64_t>(partial_bytes, 1), 1);
+  return std::clamp<int64_t>(wanted, 1, std::min(by_length, by_memory));
+}
+
+// part[s, j] = go_rows[j] · cols[j]^T over slice s of the reduction (the
+// second layout: go_rows (g, K/g, T), cols (g, rows_g, T)); the last slice
+// also takes the remainder. part is (S, g, K/g, rows_g).
+void sliced_weight_gemm(const Conv2dKernels& kernels, const at::Tensor& go_rows,
+                        const at::Tensor& cols, const at::Tensor& part) {
+  const int64_t slices = part.size(0), total = cols.size(2), len = total / slices;
+  for (int64_t j = 0; j < go_rows.size(0); ++j) {
+    const at::Tensor a = go_rows.select(0, j), b = cols.select(0, j);  // (K/g, T), (rows_g, T)
+    const at::Tensor c = part.select(1, j);
+    kernels.gemm(a.as_strided({slices, a.size(0), len}, {len, a.stride(0), 1}, a.storage_offset()),
+                 b.as_strided({slices, len, b.size(0)}, {len, 1, b.stride(0)}, b.storage_offset()),
+                 c, false);
+    if (slices * len < total) {
+      const int64_t rest = total - slices * len;
+      kernels.gemm(a.narrow(1, slices * len, rest).unsqueeze(0),
+                   b.narrow(1, slices * len, rest).transpose(0, 1).unsqueeze(0),
+                   c.narrow(0, slices - 1, 1), true);
+    }
   }
 }
 
@@ -100,7 +148,7 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
     return depthwise_conv2d_impl(kernels.depthwise, input_arg, weight_arg, bias, stride, padding,
                                  dilation);
   }
-  const Plan p = make_plan(s, input_arg, false);
+  const Plan p = make_plan(s, input_arg, Pass::kForward);
   at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow}, input_arg.options());
   const bool has_bias = bias.has_value() && bias->defined();
   if (out.numel() == 0) return unbatch(out, s.in.batched);
@@ -113,7 +161,8 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
   const at::Tensor input = as_batch(input_arg, s.in.batched);
   const at::Tensor w = weight_arg.contiguous().view({p.g, p.kg, p.rows_g});
   if (p.pointwise) {
-    gemm_per_image(kernels, w, grouped(input, p, 0, s.in.n), grouped(out, p, 0, s.in.n));
+    gemm_per_image(kernels, shared(w, s.in.n), grouped(input, p, 0, s.in.n),
+                   grouped(out, p, 0, s.in.n));
   } else {
     const at::Tensor buffer = at::empty({p.g * p.rows_g * p.chunk * p.length}, input.options());
     at::Tensor result;  // second layout: the GEMM result, (g, K/g, nc*L)
@@ -124,7 +173,7 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
       kernels.columns.im2col(input.narrow(0, n0, nc), cols, s.win, s.oh, s.ow,
                              columns_layout(p, nc));
       if (p.per_image) {
-        gemm_per_image(kernels, w, cols, grouped(out, p, n0, nc));
+        gemm_per_image(kernels, shared(w, nc), cols, grouped(out, p, n0, nc));
       } else if (nc == 1) {  // the GEMM result is the output image itself
         kernels.gemm(w, cols, out.select(0, n0).view({p.g, p.kg, p.length}), false);
       } else {
@@ -149,7 +198,7 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
     return depthwise_conv2d_grad_input_impl(kernels.depthwise, grad_output, input_arg, weight_arg,
                                             stride, padding, dilation);
   }
-  const Plan p = make_plan(s, input_arg, false);
+  const Plan p = make_plan(s, input_arg, Pass::kGradInput);
   at::Tensor gi = at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, input_arg.options());
   if (gi.numel() == 0) return unbatch(gi, s.in.batched);
   if (s.k == 0) return unbatch(gi, s.in.batched).zero_();
@@ -157,7 +206,8 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
   const at::Tensor go = as_batch(grad_output, s.in.batched);
   const at::Tensor wt = weight_arg.contiguous().view({p.g, p.kg, p.rows_g}).transpose(1, 2);
   if (p.pointwise) {  // the columns are grad_input itself
-    gemm_per_image(kernels, wt, grouped(go, p, 0, s.in.n), grouped(gi, p, 0, s.in.n));
+    gemm_per_image(kernels, shared(wt, s.in.n), grouped(go, p, 0, s.in.n),
+                   grouped(gi, p, 0, s.in.n));
     return unbatch(gi, s.in.batched);
   }
   const at::Tensor buffer = at::empty({p.g * p.rows_g * p.chunk * p.length}, go.options());
@@ -165,7 +215,7 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
     const int64_t nc = std::min(p.chunk, s.in.n - n0);
     const at::Tensor cols = columns_view(buffer, p, nc);
     if (p.per_image) {
-      gemm_per_image(kernels, wt, grouped(go, p, n0, nc), cols);
+      gemm_per_image(kernels, shared(wt, nc), grouped(go, p, n0, nc), cols);
     } else {
       kernels.gemm(wt, grad_output_rows(go, p, n0, nc), cols, false);
     }
@@ -185,22 +235,49 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
     return depthwise_conv2d_grad_weight_impl(kernels.depthwise, grad_output, input_arg,
                                              weight_arg, stride, padding, dilation);
   }
-  const Plan p = make_plan(s, input_arg, true);
+  const Plan p = make_plan(s, input_arg, Pass::kGradWeight);
   const auto dtype = input_arg.scalar_type();
-  const bool low_precision = dtype == at::kHalf || dtype == at::kBFloat16;
-  const auto acc_options = input_arg.options().dtype(low_precision ? at::kFloat : dtype);
   if (p.g * p.kg * p.rows_g == 0 || s.in.n == 0 || p.length == 0) {
     return at::zeros(weight_arg.sizes(), input_arg.options());
   }
+  // Partial products and their sum: float32 for float16/bfloat16.
+  const auto acc_options = input_arg.options().dtype(
+      partial_element_size(input_arg) > input_arg.element_size() ? at::kFloat : dtype);
   at::Tensor acc = at::empty({p.g, p.kg, p.rows_g}, acc_options);
   const at::Tensor input = as_batch(input_arg, s.in.batched);
   const at::Tensor go = as_batch(grad_output, s.in.batched);
-  const at::Tensor buffer = at::empty({p.g * p.rows_g * p.chunk * p.length}, input.options());
+  at::Tensor buffer;
+  if (!p.pointwise) buffer = at::empty({p.g * p.rows_g * p.chunk * p.length}, input.options());
+  at::Tensor partial;  // (S, g, K/g, rows_g)
   for (int64_t n0 = 0; n0 < s.in.n; n0 += p.chunk) {
     const int64_t nc = std::min(p.chunk, s.in.n - n0);
-    const at::Tensor cols = columns_view(buffer, p, nc);
-    kernels.columns.im2col(input.narrow(0, n0, nc), cols, s.win, s.oh, s.ow, columns_layout(p, nc));
-    kernels.gemm(grad_output_rows(go, p, n0, nc), cols.transpose(1, 2), acc, n0 > 0);
+    at::Tensor cols;
+    if (p.pointwise) {
+      cols = grouped(input, p, n0, nc);
+    } else {
+      cols = columns_view(buffer, p, nc);
+      kernels.columns.im2col(input.narrow(0, n0, nc), cols, s.win, s.oh, s.ow,
+                             columns_layout(p, nc));
+    }
+    if (p.per_image) {  // one partial product per image
+      partial = at::empty({nc, p.g, p.kg, p.rows_g}, acc_options);
+      gemm_per_image(kernels, grouped(go, p, n0, nc), cols.transpose(2, 3), partial);
+    } else {
+      const at::Tensor go_rows = grad_output_rows(go, p, n0, nc);
+      const int64_t slices = reduction_slices(kernels, p, nc * p.length,
+                                              acc.numel() * acc.element_size());
+      if (slices == 1) {  // accumulate straight into the result
+        kernels.gemm(go_rows, cols.transpose(1, 2), acc, n0 > 0);
+        continue;
+      }
+      partial = at::empty({slices, p.g, p.kg, p.rows_g}, acc_options);
+      sliced_weight_gemm(kernels, go_rows, cols, partial);
+    }
+    if (n0 == 0) {
+      at::sum_out(acc, partial, {0});
+    } else {
+      acc.add_(partial.sum(0));
+    }
   }
   return acc.to(dtype).view(weight_arg.sizes());
 }

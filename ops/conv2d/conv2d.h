@@ -10,8 +10,11 @@
 //     strided-batched GEMM per group writes the NCHW output directly; with small
 //     planes they are (groups, C/groups*kh*kw, n*L), so that the chunk is one
 //     large GEMM per group, whose result is then copied into place.
-// The weight gradient always takes the second layout and accumulates over chunks
-// (in float32 for float16/bfloat16).
+// The weight gradient takes the same layout choice. Per image, it computes one
+// partial product per image (batched), reading grad_output and, for pointwise
+// convolutions, the input in place; otherwise one GEMM per group over the
+// chunk, its long reduction split into slices until the GEMMs fill the device.
+// Partial products (float32 for float16/bfloat16) are summed in a fixed order.
 #pragma once
 
 #include <optional>
@@ -25,15 +28,17 @@ namespace customconv {
 struct Conv2dKernels {
   ColumnKernels columns;
   BatchedGemm gemm;
+  GemmParallelism gemm_parallelism;
   DepthwiseKernels depthwise;
 };
 
 inline Conv2dKernels cpu_conv2d_kernels() {
-  return {cpu_column_kernels(), &batched_gemm_cpu, cpu_depthwise_kernels()};
+  return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels()};
 }
 #ifdef CUSTOMCONV_WITH_CUDA
 inline Conv2dKernels cuda_conv2d_kernels() {
-  return {cuda_column_kernels(), &batched_gemm_cuda, cuda_depthwise_kernels()};
+  return {cuda_column_kernels(), &batched_gemm_cuda, &gemm_parallelism_cuda,
+          cuda_depthwise_kernels()};
 }
 #endif
 

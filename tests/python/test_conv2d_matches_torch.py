@@ -104,6 +104,10 @@ ROUTE_CASES = {
     "large_plane_more_groups_than_images": dict(_LARGE_PLANE, groups=3, in_channels=3,
                                                 out_channels=6, batch=2),
     "large_plane_unbatched": dict(_LARGE_PLANE, kind="plain", batch=None),
+    # Small planes, n*L >= 1024: on a GPU the weight gradient splits its
+    # reduction into slices (odd length: the last slice takes a remainder).
+    "sliced_weight_gradient": dict(kernel=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1),
+                                   size=(19, 21), kind="plain", batch=3),
     # groups == C_in: the depthwise kernels.
     "depthwise_multiplier2": dict(kind="depthwise", groups=3, in_channels=3, out_channels=6),
 }
