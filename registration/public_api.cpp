@@ -131,4 +131,6 @@ std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_backward(const at::Te
 
 }  // namespace customconv
 
+extern "C" const char* customconv_version() { return CUSTOMCONV_VERSION; }
+
 extern "C" int customconv_link_anchor() { return 0; }

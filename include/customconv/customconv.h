@@ -18,7 +18,8 @@
 
 namespace customconv {
 
-// The library's version, "MAJOR.MINOR.PATCH".
+// The library's version, "MAJOR.MINOR.PATCH": the CMake project's version, which
+// is also the CMake package's (find_package) and the Python package's.
 CUSTOMCONV_API std::string version();
 
 // == F.conv2d: input (N, C, H, W) or (C, H, W), weight (K, C/groups, kh, kw).
@@ -94,6 +95,9 @@ CUSTOMCONV_API std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_backwa
 
 }  // namespace detail
 }  // namespace customconv
+
+// version() for callers without C++ (the Python package reads it through ctypes).
+extern "C" CUSTOMCONV_API const char* customconv_version();
 
 // Referencing a symbol of the library from every file that includes this header
 // keeps the library linked (and its ops registered) even when the linker drops

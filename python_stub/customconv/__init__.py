@@ -7,7 +7,7 @@ kernels. The functional wrappers and ``customconv.nn`` modules call those ops.
 
 import torch
 
-from ._library import load_library
+from ._library import library_version, load_library
 
 LIBRARY_PATH = load_library()
 
@@ -21,7 +21,9 @@ from .functional import (  # noqa: E402
     trilinear_interpolation,
 )
 
-__version__ = "0.1.0"
+#: The library's version: the CMake project's, as customconv::version() and the
+#: CMake package (find_package(customconv)) report it.
+__version__ = library_version(LIBRARY_PATH)
 
 #: Every op of the library, forward and backward.
 OPS = (

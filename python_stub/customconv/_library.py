@@ -1,5 +1,6 @@
 """Finds and loads libcustomconv.so, which registers the ops with PyTorch."""
 
+import ctypes
 import os
 from pathlib import Path
 
@@ -32,3 +33,11 @@ def load_library():
         + ". Build it with `make build` (or `cmake --build build`), or set CUSTOMCONV_LIBRARY "
         "to its path."
     )
+
+
+def library_version(path):
+    """The version compiled into the library at `path` (customconv::version(),
+    which is the CMake project's version)."""
+    version = ctypes.CDLL(str(path)).customconv_version
+    version.restype = ctypes.c_char_p
+    return version().decode()
