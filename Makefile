@@ -22,6 +22,10 @@ all: build
 deps:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "torch==$(TORCH_VERSION)"
 	@$(PYTHON) -c "import pytest, numpy, expecttest" 2>/dev/null || $(PYTHON) -m pip install pytest numpy expecttest
+	@$(PYTHON) -c "import scikit_build_core" 2>/dev/null || $(PYTHON) -m pip install scikit-build-core
+	@# torchvision of the installed torch's release (torch 2.M pairs with torchvision 0.(M+15)), so pip keeps that torch.
+	@$(PYTHON) -c "import torchvision" 2>/dev/null || $(PYTHON) -m pip install \
+	  "torchvision==0.$$($(PYTHON) -c 'import torch; print(int(torch.__version__.split(".")[1]) + 15)').*"
 	@command -v cmake >/dev/null && command -v ninja >/dev/null && test -f /usr/include/gtest/gtest.h || \
 	  { command -v apt-get >/dev/null && (apt-get update -qq && apt-get install -y -qq cmake ninja-build libgtest-dev ccache) || \
 	    echo "warning: install cmake, ninja and GoogleTest (libgtest-dev) with your package manager"; }

@@ -12,6 +12,7 @@ from ._library import library_version, load_library
 LIBRARY_PATH = load_library()
 
 from . import functional, nn  # noqa: E402  (the ops must be registered first)
+from .convert import convert  # noqa: E402
 from .functional import (  # noqa: E402
     col2im,
     conv2d,
@@ -55,4 +56,4 @@ def _check_fake_kernels():
 
 _check_fake_kernels()
 
-__all__ = ["conv2d", "depthwise_conv2d", "filter2d", "trilinear_interpolation", "im2col", "col2im", "functional", "nn", "OPS", "LIBRARY_PATH", "__version__"]
+__all__ = ["convert", "conv2d", "depthwise_conv2d", "filter2d", "trilinear_interpolation", "im2col", "col2im", "functional", "nn", "OPS", "LIBRARY_PATH", "__version__"]
