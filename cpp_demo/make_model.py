@@ -1,7 +1,7 @@
 """Writes a TorchScript model built on the customconv ops, with its inputs and
 expected outputs, for customconv_demo (the C++ deployment program) to run.
 
-    python3 cpp_demo/make_model.py --out DIR [--model default|raw_ops] [--seed S]
+    python3 cpp_demo/make_model.py --out DIR [--model NAME] [--seed S]
 
 writes
     DIR/model.pt     the scripted model (torch.jit.save)
@@ -15,6 +15,10 @@ Models:
              filter2d blur and a trilinear_interpolation head; one input batch.
     raw_ops  calls every torch.ops.customconv op directly; takes an image, a
              filter bank and points, returns a tuple of six tensors.
+    mobilenet_v2, resnet18
+             torchvision's model with random weights, converted by
+             customconv.convert (needs torchvision; nothing is downloaded);
+             one (2, 3, 64, 64) batch.
 
 Before writing anything, the outputs are checked against PyTorch's own ops
 (convolution, unfold, fold, padding) and the trilinear formula, so expected.pt holds the right numbers and not
@@ -184,9 +188,37 @@ def make_raw_ops() -> Tuple[torch.nn.Module, torch.nn.Module, List[Tensor]]:
     return model, reference, inputs
 
 
+# ---------------------------------------------------------------- torchvision
+
+
+def make_torchvision(arch: str) -> Tuple[torch.nn.Module, torch.nn.Module, List[Tensor]]:
+    """torchvision's `arch` with random weights (nothing is downloaded) and
+    random batch-norm statistics, converted by customconv.convert; the
+    reference is the unconverted model."""
+    import copy
+
+    import customconv
+    try:
+        import torchvision
+    except ImportError as e:
+        raise SystemExit(f"make_model: the {arch} model needs torchvision ({e})") from e
+
+    reference = getattr(torchvision.models, arch)(weights=None)
+    with torch.no_grad():
+        for m in reference.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.copy_(torch.randn(m.num_features) * 0.1)
+                m.running_var.copy_(torch.rand(m.num_features) + 0.5)
+    model = customconv.convert(copy.deepcopy(reference))
+    inputs = [torch.randn(2, 3, 64, 64)]
+    return model, reference, inputs
+
+
 MODELS: Dict[str, Callable[[], Tuple[torch.nn.Module, torch.nn.Module, List[Tensor]]]] = {
     "default": make_default,
     "raw_ops": make_raw_ops,
+    "mobilenet_v2": lambda: make_torchvision("mobilenet_v2"),
+    "resnet18": lambda: make_torchvision("resnet18"),
 }
 
 
