@@ -61,8 +61,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // One thread per image element (image, channel, iy, ix); it gathers, in a
 // fixed order, every column entry whose window covers it and writes the sum
-// once (no atomics: deterministic).
-template <typename T, typename I>
+// once (no atomics: deterministic). kUnit: stride and dilation 1, where the
+// covering taps are one rectangle of the kernel, found without divisions.
+template <typename T, typename I, bool kUnit>
 __global__ void __launch_bounds__(kThreads)
     col2im_kernel(const T* __restrict__ col, T* __restrict__ out, I total, Geometry<I> g) {
   using acc_t = at::opmath_type<T>;
@@ -75,19 +76,30 @@ __global__ void __launch_bounds__(kThreads)
     const I ch = p % g.c, b = p / g.c;
     const T* src = col + b * g.image_stride + ch * g.kh * g.kw * g.row_stride;
     acc_t sum = 0;
-    for (I i = 0; i < g.kh; ++i) {
-      const I ty = iy + g.ph - i * g.dh;
-      if (ty < 0) break;  // decreases with i
-      if (ty % g.sh != 0) continue;
-      const I y = ty / g.sh;
-      if (y >= g.oh) continue;
-      for (I j = 0; j < g.kw; ++j) {
-        const I tx = ix + g.pw - j * g.dw;
-        if (tx < 0) break;
-        if (tx % g.sw != 0) continue;
-        const I x = tx / g.sw;
-        if (x >= g.ow) continue;
-        sum += static_cast<acc_t>(src[(i * g.kw + j) * g.row_stride + y * g.ow + x]);
+    if constexpr (kUnit) {
+      // Tap (i, j) reads output (iy + ph - i, ix + pw - j), which must lie in the output.
+      const I ty = iy + g.ph, tx = ix + g.pw;
+      const I i0 = ty - g.oh + 1 > 0 ? ty - g.oh + 1 : 0, i1 = ty < g.kh - 1 ? ty : g.kh - 1;
+      const I j0 = tx - g.ow + 1 > 0 ? tx - g.ow + 1 : 0, j1 = tx < g.kw - 1 ? tx : g.kw - 1;
+      for (I i = i0; i <= i1; ++i) {
+        const T* row = src + i * g.kw * g.row_stride + (ty - i) * g.ow + tx;
+        for (I j = j0; j <= j1; ++j) sum += static_cast<acc_t>(row[j * g.row_stride - j]);
+      }
+    } else {
+      for (I i = 0; i < g.kh; ++i) {
+        const I ty = iy + g.ph - i * g.dh;
+        if (ty < 0) break;  // decreases with i
+        if (ty % g.sh != 0) continue;
+        const I y = ty / g.sh;
+        if (y >= g.oh) continue;
+        for (I j = 0; j < g.kw; ++j) {
+          const I tx = ix + g.pw - j * g.dw;
+          if (tx < 0) break;
+          if (tx % g.sw != 0) continue;
+          const I x = tx / g.sw;
+          if (x >= g.ow) continue;
+          sum += static_cast<acc_t>(src[(i * g.kw + j) * g.row_stride + y * g.ow + x]);
+        }
       }
     }
     out[idx] = static_cast<T>(sum);
@@ -135,14 +147,23 @@ void col2im_cuda(const at::Tensor& columns, const at::Tensor& images, const Wind
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, images.scalar_type(), "col2im_cuda", [&] {
         const auto blocks = blocks_for(total, kThreads);
+        const bool unit = win.sh == 1 && win.sw == 1 && win.dh == 1 && win.dw == 1;
+        const scalar_t* src = columns.const_data_ptr<scalar_t>();
+        scalar_t* dst = images.data_ptr<scalar_t>();
         if (fits_int32(images, columns, total)) {
-          col2im_kernel<scalar_t, int32_t><<<blocks, kThreads, 0, stream>>>(
-              columns.const_data_ptr<scalar_t>(), images.data_ptr<scalar_t>(), int32_t(total),
-              geometry<int32_t>(images, win, oh, ow, layout));
+          const auto g = geometry<int32_t>(images, win, oh, ow, layout);
+          if (unit) {
+            col2im_kernel<scalar_t, int32_t, true><<<blocks, kThreads, 0, stream>>>(src, dst, int32_t(total), g);
+          } else {
+            col2im_kernel<scalar_t, int32_t, false><<<blocks, kThreads, 0, stream>>>(src, dst, int32_t(total), g);
+          }
         } else {
-          col2im_kernel<scalar_t, int64_t><<<blocks, kThreads, 0, stream>>>(
-              columns.const_data_ptr<scalar_t>(), images.data_ptr<scalar_t>(), total,
-              geometry<int64_t>(images, win, oh, ow, layout));
+          const auto g = geometry<int64_t>(images, win, oh, ow, layout);
+          if (unit) {
+            col2im_kernel<scalar_t, int64_t, true><<<blocks, kThreads, 0, stream>>>(src, dst, total, g);
+          } else {
+            col2im_kernel<scalar_t, int64_t, false><<<blocks, kThreads, 0, stream>>>(src, dst, total, g);
+          }
         }
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });

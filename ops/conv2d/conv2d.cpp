@@ -13,12 +13,13 @@ namespace {
 // GEMMs are large enough on their own, and writing the NCHW output directly
 // saves a pass over it (see conv2d.h).
 constexpr int64_t kPerImageMinLength = 1024;
+constexpr int64_t kPointwisePerImageMinLength = 128;
 
 // The int64 geometry of one call, with the grouped-GEMM view and the chunking.
 struct Plan {
   Conv2dShape<int64_t> s;
   int64_t g, kg, rows_g, length;  // groups, K/groups, C/groups*kh*kw, oh*ow
-  bool pointwise;                 // 1x1, stride 1, no padding: the input is its own columns
+  bool pointwise;                 // 1x1, stride 1, no padding, per image: the input is its own columns
   bool per_image;                 // columns (n, g, rows_g, L), not (g, rows_g, n*L)
   int64_t chunk;                  // images per chunk
 };
@@ -39,7 +40,11 @@ Plan make_plan(const Conv2dShape<int64_t>& s, const at::Tensor& input, Pass pass
          false, false, 1};
   const Window2d& w = s.win;
   p.pointwise = w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0;
-  p.per_image = p.pointwise || p.length >= kPerImageMinLength;
+  // (Pointwise planes below kPointwisePerImageMinLength, such as 7x7, would
+  // make per-image GEMMs with narrow, misaligned rows.)
+  p.per_image = p.length >= kPerImageMinLength ||
+                (p.pointwise && p.length >= kPointwisePerImageMinLength);
+  p.pointwise = p.pointwise && p.per_image;  // the input is per-image columns only
   // Per image: the columns, plus (second layout) the GEMM result or the
   // regrouped grad_output, plus (weight gradient, per image) its partial product.
   const char* op = "conv2d";

@@ -3,8 +3,9 @@
 //
 // Images are processed in chunks bounded by workspace_limit_bytes(). Routes:
 //   * depthwise (groups == C_in > 1, weight (C*m, 1, kh, kw)): the depthwise kernels;
-//   * pointwise (1x1, stride 1, no padding): the input is its own column buffer,
-//     so forward and grad input are GEMMs straight on the NCHW tensors;
+//   * pointwise (1x1, stride 1, no padding) with planes of at least 128
+//     positions: the input is its own column buffer, so forward and grad input
+//     are GEMMs straight on the NCHW tensors;
 //   * otherwise im2col into a column buffer, then GEMMs. With large output
 //     planes the columns are per image, (n, groups, C/groups*kh*kw, L), and one
 //     strided-batched GEMM per group writes the NCHW output directly; with small

@@ -88,15 +88,16 @@ def test_conv2d_matches_torch_on_edge_cases(device, dtype, case, rng, gen, seed)
 
 
 # Each of conv2d's internal routes (see ops/conv2d/conv2d.h), pinned.
-_POINTWISE = dict(kernel=(1, 1), stride=(1, 1), padding=(0, 0))
+_POINTWISE = dict(kernel=(1, 1), stride=(1, 1), padding=(0, 0), size=(8, 16))  # L = 128
 _LARGE_PLANE = dict(kernel=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1), size=(32, 33))
 ROUTE_CASES = {
-    # 1x1, stride 1, no padding: GEMMs straight on the NCHW tensors.
+    # 1x1, stride 1, no padding, planes of >= 128: GEMMs straight on the NCHW tensors.
     "pointwise": dict(_POINTWISE, kind="plain", batch=3),
     "pointwise_grouped_more_images_than_groups": dict(_POINTWISE, kind="grouped", batch=3, groups=2),
     "pointwise_grouped_more_groups_than_images": dict(_POINTWISE, groups=4, in_channels=8,
                                                       out_channels=4, batch=2),
     "pointwise_strided_takes_columns": dict(kernel=(1, 1), stride=(2, 2), padding=(0, 0)),
+    "pointwise_small_plane_takes_columns": dict(_POINTWISE, kind="grouped", size=(7, 7), batch=3),
     # Output planes of >= 1024 positions: per-image columns.
     "large_plane": dict(_LARGE_PLANE, kind="plain", batch=2),
     "large_plane_more_images_than_groups": dict(_LARGE_PLANE, groups=2, in_channels=4,
