@@ -6,6 +6,7 @@
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -56,6 +57,80 @@ __global__ void __launch_bounds__(kThreads)
         dst += g.row_stride;
       }
     }
+  }
+}
+
+// The V-wide variant: one thread per (image, channel, y, V consecutive x) of
+// the window grid; for each tap it gathers V input values and writes them with
+// one V-wide store (V * sizeof(T) <= 16 bytes). Needs ow, both layout strides
+// and the columns pointer to be multiples of V elements.
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    im2col_vec_kernel(const T* __restrict__ in, T* __restrict__ col, int32_t total,
+                      Geometry<int32_t> g) {
+  using I = int32_t;
+  const I owv = g.ow / V;
+  for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total;
+       idx += I(gridDim.x) * blockDim.x) {
+    const I xv = idx % owv;
+    const I rest = idx / owv;
+    const I y = rest % g.oh;
+    const I p = rest / g.oh;
+    const I ch = p % g.c, b = p / g.c;
+    const T* plane = in + p * g.h * g.w;
+    T* dst = col + b * g.image_stride + ch * g.kh * g.kw * g.row_stride + y * g.ow + xv * V;
+    const I y0 = y * g.sh - g.ph, x0 = xv * V * g.sw - g.pw;
+    for (I i = 0; i < g.kh; ++i) {
+      const I iy = y0 + i * g.dh;
+      const bool row_ok = iy >= 0 && iy < g.h;
+      const T* src = plane + (row_ok ? iy : 0) * g.w;
+      for (I j = 0; j < g.kw; ++j) {
+        Pack<T, V> pack;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const I ix = x0 + e * g.sw + j * g.dw;
+          pack.v[e] = (row_ok && ix >= 0 && ix < g.w) ? src[ix] : T(0);
+        }
+        *reinterpret_cast<Pack<T, V>*>(dst) = pack;
+        dst += g.row_stride;
+      }
+    }
+  }
+}
+
+// Launches im2col_vec_kernel with the widest V the geometry allows; false when
+// none does (V would be 1).
+template <typename T>
+bool launch_im2col_vec(const at::Tensor& images, const at::Tensor& columns, int64_t total,
+                       const Geometry<int32_t>& g, cudaStream_t stream) {
+  constexpr int kMaxV = 16 / sizeof(T);
+  const auto address = reinterpret_cast<uintptr_t>(columns.data_ptr());
+  int v = kMaxV;
+  while (v > 1 && !(g.ow % v == 0 && g.row_stride % v == 0 && g.image_stride % v == 0 &&
+                    address % (v * sizeof(T)) == 0)) {
+    v /= 2;
+  }
+  const int32_t vecs = int32_t(total / v);
+  const auto blocks = blocks_for(vecs, kThreads);
+  const T* src = images.const_data_ptr<T>();
+  T* dst = columns.data_ptr<T>();
+  switch (v) {
+    case 8:
+      if constexpr (kMaxV >= 8) im2col_vec_kernel<T, 8><<<blocks, kThreads, 0, stream>>>(src, dst, vecs, g);
+      return true;
+    case 4:
+      if constexpr (kMaxV >= 4) im2col_vec_kernel<T, 4><<<blocks, kThreads, 0, stream>>>(src, dst, vecs, g);
+      return true;
+    case 2:
+      im2col_vec_kernel<T, 2><<<blocks, kThreads, 0, stream>>>(src, dst, vecs, g);
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -126,9 +201,11 @@ void im2col_cuda(const at::Tensor& images, const at::Tensor& columns, const Wind
       at::kHalf, at::kBFloat16, images.scalar_type(), "im2col_cuda", [&] {
         const auto blocks = blocks_for(total, kThreads);
         if (fits_int32(images, columns, total)) {
-          im2col_kernel<scalar_t, int32_t><<<blocks, kThreads, 0, stream>>>(
-              images.const_data_ptr<scalar_t>(), columns.data_ptr<scalar_t>(), int32_t(total),
-              geometry<int32_t>(images, win, oh, ow, layout));
+          const auto g = geometry<int32_t>(images, win, oh, ow, layout);
+          if (!launch_im2col_vec<scalar_t>(images, columns, total, g, stream)) {
+            im2col_kernel<scalar_t, int32_t><<<blocks, kThreads, 0, stream>>>(
+                images.const_data_ptr<scalar_t>(), columns.data_ptr<scalar_t>(), int32_t(total), g);
+          }
         } else {
           im2col_kernel<scalar_t, int64_t><<<blocks, kThreads, 0, stream>>>(
               images.const_data_ptr<scalar_t>(), columns.data_ptr<scalar_t>(), total,

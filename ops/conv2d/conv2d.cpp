@@ -208,6 +208,20 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
   if (gi.numel() == 0) return unbatch(gi, s.in.batched);
   if (s.k == 0) return unbatch(gi, s.in.batched).zero_();
 
+  // With stride 1 the input gradient is the full correlation of grad_output
+  // with the rotated weight: a forward convolution, whose im2col + GEMM beats
+  // GEMM + col2im.
+  const Window2d& win = s.win;
+  const int64_t fph = win.dh * (win.kh - 1) - win.ph, fpw = win.dw * (win.kw - 1) - win.pw;
+  if (win.sh == 1 && win.sw == 1 && fph >= 0 && fpw >= 0 && !p.pointwise) {
+    const int64_t cg = s.in.c / p.g;
+    const at::Tensor rotated = weight_arg.reshape({p.g, p.kg, cg, win.kh, win.kw})
+                                   .flip({3, 4})
+                                   .transpose(1, 2)
+                                   .reshape({s.in.c, p.kg, win.kh, win.kw});
+    return conv2d_impl(kernels, grad_output, rotated, std::nullopt, {1, 1}, {fph, fpw},
+                       {win.dh, win.dw}, p.g);
+  }
   const at::Tensor go = as_batch(grad_output, s.in.batched);
   const at::Tensor wt = weight_arg.contiguous().view({p.g, p.kg, p.rows_g}).transpose(1, 2);
   if (p.pointwise) {  // the columns are grad_input itself
