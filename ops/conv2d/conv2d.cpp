@@ -22,6 +22,7 @@ struct Plan {
   bool pointwise;                 // 1x1, stride 1, no padding, per image: the input is its own columns
   bool per_image;                 // columns (n, g, rows_g, L), not (g, rows_g, n*L)
   int64_t chunk;                  // images per chunk
+  int64_t image_bytes;            // workspace bytes per image of a chunk
 };
 
 enum class Pass { kForward, kGradInput, kGradWeight };
@@ -37,7 +38,7 @@ int64_t partial_element_size(const at::Tensor& t) {
 
 Plan make_plan(const Conv2dShape<int64_t>& s, const at::Tensor& input, Pass pass) {
   Plan p{s, s.groups, s.k / s.groups, (s.in.c / s.groups) * s.win.kh * s.win.kw, s.oh * s.ow,
-         false, false, 1};
+         false, false, 1, 0};
   const Window2d& w = s.win;
   p.pointwise = w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0;
   // (Pointwise planes below kPointwisePerImageMinLength, such as 7x7, would
@@ -60,6 +61,7 @@ Plan make_plan(const Conv2dShape<int64_t>& s, const at::Tensor& input, Pass pass
     bytes = checked_mul(op, "the workspace of one image", p.g * p.rows_g + s.k, p.length * elem);
   }
   p.chunk = images_per_chunk(s.in.n, bytes);
+  p.image_bytes = bytes;
   return p;
 }
 
@@ -108,16 +110,19 @@ at::Tensor shared(const at::Tensor& w, int64_t nc) {
   return w.unsqueeze(0).expand({nc, w.size(0), w.size(1), w.size(2)});
 }
 
-// How many slices to split the weight gradient's reduction of `total` terms
-// into, so that the GEMMs produce enough output tiles for the device, with the
-// partial products within the workspace.
-int64_t reduction_slices(const Conv2dKernels& kernels, const Plan& p, int64_t total,
+// How many slices to split the weight gradient's reduction of a chunk of nc
+// images into, so that the GEMMs produce enough output tiles for the device;
+// the slices' partial products (partial_bytes each) share the workspace with
+// the chunk's columns. 1: no split (and no partial products).
+int64_t reduction_slices(const Conv2dKernels& kernels, const Plan& p, int64_t nc,
                          int64_t partial_bytes) {
   const int64_t tiles = ((p.kg + 127) / 128) * ((p.rows_g + 127) / 128) * p.g;
   const int64_t wanted = (kernels.gemm_parallelism() + tiles - 1) / tiles;
-  const int64_t by_length = std::max<int64_t>(total / 512, 1);
-  const int64_t by_memory = std::max<int64_t>(workspace_limit_bytes() / std::max<int64_t>(partial_bytes, 1), 1);
-  return std::clamp<int64_t>(wanted, 1, std::min(by_length, by_memory));
+  const int64_t by_length = std::max<int64_t>(nc * p.length / 512, 1);
+  const int64_t free_bytes = workspace_limit_bytes() - nc * p.image_bytes;
+  const int64_t by_memory = free_bytes / std::max<int64_t>(partial_bytes, 1);
+  const int64_t slices = std::min({wanted, by_length, by_memory});
+  return slices >= 2 ? slices : 1;
 }
 
 // part[s, j] = go_rows[j] · cols[j]^T over slice s of the reduction (the
@@ -283,8 +288,7 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
       gemm_per_image(kernels, grouped(go, p, n0, nc), cols.transpose(2, 3), partial);
     } else {
       const at::Tensor go_rows = grad_output_rows(go, p, n0, nc);
-      const int64_t slices = reduction_slices(kernels, p, nc * p.length,
-                                              acc.numel() * acc.element_size());
+      const int64_t slices = reduction_slices(kernels, p, nc, acc.numel() * acc.element_size());
       if (slices == 1) {  // accumulate straight into the result
         kernels.gemm(go_rows, cols.transpose(1, 2), acc, n0 > 0);
         continue;
