@@ -1,16 +1,15 @@
-// customconv_demo: runs a TorchScript model that uses the customconv ops from
-// plain C++ (libtorch, no Python), the way an inference server would: the model
-// is loaded once, then requests run on several threads at once. Every output is
-// compared with the expected one; latency percentiles and throughput are printed.
+// customconv_demo: runs a TorchScript model or an AOTInductor package that uses
+// the customconv ops from plain C++ (libtorch, no Python), the way an inference
+// server would: the model is loaded once, then requests run on several threads at once. Every
+// output is compared with the expected one; latency percentiles and throughput are printed.
 //
 // Run with --help for the options. Exit status: 0 all outputs match, 1 an output
 // differs from the expected one, 2 bad arguments, 3 any other error.
-#include "customconv/customconv.h"  // links the library, which registers the ops
-
 #include <ATen/Parallel.h>
 #include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/serialize.h>
@@ -31,6 +30,7 @@
 #include <iostream>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -38,6 +38,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "customconv/customconv.h"  // links the library, which registers the ops
 
 #ifndef CUSTOMCONV_DEMO_DIR
 #error "CUSTOMCONV_DEMO_DIR (the folder of the default model) must be defined by the build"
@@ -57,18 +59,20 @@ constexpr int64_t kMaxIters = 100'000'000;
 constexpr int64_t kMaxThreads = 1024;
 
 const char* const kSynopsis =
-    "usage: customconv_demo [--model M.pt --inputs IN.pt] [--expected OUT.pt]\n"
+    "usage: customconv_demo [--model M.pt|M.pt2 --inputs IN.pt] [--expected OUT.pt]\n"
     "                       [--device cpu|cuda[:N]] [--iters N] [--threads T]\n"
     "                       [--rtol R] [--atol A]\n"
     "       customconv_demo --help\n";
 
 const char* const kDetails =
     "\n"
-    "Runs a TorchScript model that uses customconv ops, as an inference server would:\n"
+    "Runs a model that uses customconv ops, as an inference server would:\n"
     "N requests in total, served by T threads at once. Every output is compared with\n"
     "the expected outputs (allclose: |out - expected| <= atol + rtol * |expected|).\n"
     "\n"
     "  --model M.pt       TorchScript model (torch.jit.save / ScriptModule.save)\n"
+    "  --model M.pt2      or AOTInductor package (torch._inductor.aoti_compile_and_package),\n"
+    "                     compiled for the --device's type\n"
     "  --inputs IN.pt     its inputs: torch.save([t0, t1, ...]) (or one tensor)\n"
     "  --expected OUT.pt  its outputs: torch.save(tensor) or torch.save((t0, t1, ...));\n"
     "                     without it, every run is compared with the warm-up run\n"
@@ -393,18 +397,65 @@ std::vector<torch::Tensor> tensor_inputs(const std::vector<torch::IValue>& input
   return tensors;
 }
 
-torch::jit::Module load_model(const std::string& path, torch::Device device) {
-  torch::jit::Module model = [&] {
+bool is_package(const std::string& path) { return fs::path(path).extension() == ".pt2"; }
+
+// A loaded model: TorchScript (.pt) or an AOTInductor package (.pt2, by the
+// file's extension). forward() may be called from several threads at once.
+class Model {
+ public:
+  Model(const std::string& path, torch::Device device, int64_t threads) {
     try {
-      return torch::jit::load(path, device);
+      if (is_package(path)) {
+        load_package(path, device, threads);
+      } else {
+        script_.emplace(torch::jit::load(path, device));
+        script_->eval();
+      }
     } catch (const c10::Error& e) {
-      throw DemoError("cannot load the TorchScript model " + path + ": " +
+      throw DemoError(std::string("cannot load the ") + kind(path) + " " + path + ": " +
                       e.what_without_backtrace());
     }
-  }();
-  model.eval();
-  return model;
-}
+  }
+
+  static const char* kind(const std::string& path) {
+    return is_package(path) ? "AOTInductor package" : "TorchScript model";
+  }
+
+  // A package takes tensors only and returns a list of them.
+  torch::IValue forward(const std::vector<torch::IValue>& inputs) {
+    if (script_) {
+      return script_->forward(inputs);
+    }
+    std::vector<torch::Tensor> tensors;
+    tensors.reserve(inputs.size());
+    for (const auto& input : inputs) {
+      if (!input.isTensor()) {
+        throw DemoError("an AOTInductor package takes tensors only; an input is a " +
+                        input.tagKind());
+      }
+      tensors.push_back(input.toTensor());
+    }
+    return package_->run(tensors);
+  }
+
+ private:
+  // One runner per serving thread, so that requests do not wait for each other.
+  void load_package(const std::string& path, torch::Device device, int64_t threads) {
+    package_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        path, "model", /*run_single_threaded=*/false, static_cast<size_t>(threads),
+        device.is_cuda() ? device.index() : -1);
+    const auto metadata = package_->get_metadata();
+    const auto compiled_for = metadata.find("AOTI_DEVICE_KEY");
+    if (compiled_for != metadata.end() &&
+        compiled_for->second != c10::DeviceTypeName(device.type(), true)) {
+      throw DemoError(path + " was compiled for " + compiled_for->second + ", not for --device " +
+                      device.str());
+    }
+  }
+
+  std::optional<torch::jit::Module> script_;
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> package_;
+};
 
 void require_device(torch::Device device) {
   if (!device.is_cuda()) {
@@ -498,17 +549,17 @@ class RequestStream {
 };
 
 // One request: runs the model and waits until its results are there.
-torch::IValue run_request(torch::jit::Module& model, const std::vector<torch::IValue>& inputs,
+torch::IValue run_request(Model& model, const std::vector<torch::IValue>& inputs,
                           const RequestStream& stream) {
   torch::IValue output = model.forward(inputs);
   stream.synchronize();
   return output;
 }
 
-// What the threads share; the model is only read (TorchScript modules may run
-// concurrently).
+// What the threads share; the model is only read (TorchScript modules and
+// AOTInductor packages may run concurrently).
 struct Server {
-  torch::jit::Module& model;
+  Model& model;
   const std::vector<torch::IValue>& inputs;
   const std::vector<torch::Tensor>& expected;
   torch::Device device;
@@ -601,7 +652,7 @@ ServingResult serve_concurrently(Server& server, int64_t threads) {
 
 // The untimed first request, on this thread: its output is the reference when
 // there is no expected file, and it is checked like the others when there is.
-torch::IValue warm_up(torch::jit::Module& model, const std::vector<torch::IValue>& inputs,
+torch::IValue warm_up(Model& model, const std::vector<torch::IValue>& inputs,
                       torch::Device device) {
   c10::InferenceMode inference_mode;
   const RequestStream stream(device);
@@ -741,8 +792,10 @@ int run_demo(const Options& options) {
   const Tolerance tolerance{*options.rtol, *options.atol};
 
   print_row("customconv", customconv::version() + " (libtorch " TORCH_VERSION ")");
-  print_row("model", options.model + (options.default_model ? " (the default model)" : ""));
-  torch::jit::Module model = load_model(options.model, options.device);
+  print_row("model",
+            options.model + " (" +
+                (options.default_model ? "the default model" : Model::kind(options.model)) + ")");
+  Model model(options.model, options.device, std::min(options.threads, options.iters));
   const std::vector<torch::IValue> inputs = load_inputs(options.inputs, options.device);
   print_row("inputs", options.inputs + ": " + describe_tensors(tensor_inputs(inputs)));
   if (options.device.is_cuda()) {

@@ -1,13 +1,18 @@
 """Writes a TorchScript model built on the customconv ops, with its inputs and
 expected outputs, for customconv_demo (the C++ deployment program) to run.
 
-    python3 cpp_demo/make_model.py --out DIR [--model NAME] [--seed S]
+    python3 cpp_demo/make_model.py --out DIR [--model NAME] [--seed S] [--pt2 cpu|cuda]
 
 writes
     DIR/model.pt     the scripted model (torch.jit.save)
     DIR/inputs.pt    its inputs, torch.save([t0, t1, ...])
     DIR/expected.pt  its outputs for those inputs, computed here on the CPU in
                      float32: a tensor, or a tuple of tensors
+    DIR/model.pt2    with --pt2 DEVICE only: the model exported by torch.export
+                     (dim 0 dynamic in the inputs whose dim 0 is the first
+                     input's batch) and compiled by AOTInductor for DEVICE
+                     (torch._inductor.aoti_compile_and_package); customconv_demo
+                     runs it like model.pt
 
 Models:
     default  a small CNN using every op: customconv.nn.Conv2d layers (strided,
@@ -22,7 +27,8 @@ Models:
 
 Before writing anything, the outputs are checked against PyTorch's own ops
 (convolution, unfold, fold, padding) and the trilinear formula, so expected.pt holds the right numbers and not
-merely the library's own.
+merely the library's own; the package's outputs are checked against them too,
+at the inputs' batch size and at another one.
 
 The customconv package is found on PYTHONPATH, else in <repo>/python_stub; it
 loads the library from CUSTOMCONV_LIBRARY or <repo>/build/libcustomconv.so.
@@ -269,6 +275,37 @@ def check_against_reference(outputs: Sequence[Tensor], reference: Sequence[Tenso
                 f"(max abs error {err:.3g})")
 
 
+def batch_dims(inputs: Sequence[Tensor]):
+    """dynamic_shapes for torch.export: dim 0 is the batch in every input whose
+    dim 0 has the first input's size."""
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    n = inputs[0].shape[0]
+    return tuple({0: batch} if t.dim() > 0 and t.shape[0] == n else None for t in inputs)
+
+
+def write_package(model: torch.nn.Module, inputs: List[Tensor], expected, device: torch.device,
+                  path: Path) -> None:
+    """Exports `model` with a dynamic batch, compiles it with AOTInductor for
+    `device` into `path`, and checks the package: the expected outputs at the
+    inputs' batch size, the eager model's at a batch one larger."""
+    model = model.to(device)
+    on_device = [t.to(device) for t in inputs]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        exported = torch.export.export(model, tuple(on_device), dynamic_shapes=batch_dims(inputs))
+        torch._inductor.aoti_compile_and_package(exported, package_path=str(path))
+        package = torch._inductor.aoti_load_package(str(path))
+    with torch.no_grad():
+        check_against_reference([t.cpu() for t in as_tensors(package(*on_device))],
+                                as_tensors(expected))
+        batch = inputs[0].shape[0]
+        larger = [torch.cat([t, t[:1]]) if s is not None else t
+                  for t, s in zip(on_device, batch_dims(inputs))]
+        check_against_reference(as_tensors(package(*larger)), as_tensors(model(*larger)))
+    print(f"  package:  {path.name} for {device.type}, checked at batch {batch} and {batch + 1}")
+
+
 def describe(t: Tensor) -> str:
     return f"{list(t.shape)} {str(t.dtype).replace('torch.', '')}"
 
@@ -282,6 +319,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--model", choices=sorted(MODELS), default="default",
                         help="which model (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    parser.add_argument("--pt2", choices=("cpu", "cuda"),
+                        help="also write model.pt2, an AOTInductor package for this device")
     return parser.parse_args(argv)
 
 
@@ -311,6 +350,9 @@ def main(argv: Sequence[str]) -> int:
     scripted.save(str(args.out / "model.pt"))
     torch.save(inputs, args.out / "inputs.pt")
     torch.save(expected, args.out / "expected.pt")
+
+    if args.pt2:
+        write_package(model, inputs, expected, torch.device(args.pt2), args.out / "model.pt2")
 
     print(f"make_model: wrote the {args.model!r} model to {args.out}/")
     print("  inputs:   " + ", ".join(describe(t) for t in inputs))

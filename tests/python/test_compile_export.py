@@ -223,3 +223,47 @@ def test_exported_direct_ops_module_with_dynamic_batch_matches_eager(device, gen
     check_export(DirectModel().to(device).eval(), device, gen, tmp_path / "direct.pt2",
                  {ops.depthwise_conv2d.default, ops.filter2d.default,
                   ops.trilinear_interpolation.default})
+
+
+# ---------------------------------------------------------------- every op in one model
+
+
+class AllOpsModel(torch.nn.Module):
+    """Model (conv2d, im2col, col2im) feeding DirectModel (depthwise_conv2d,
+    filter2d, trilinear_interpolation): (N, 4, 6, 6) -> (N, 36)."""
+
+    def __init__(self):
+        super().__init__()
+        self.columns = Model()
+        self.direct = DirectModel()
+
+    def forward(self, x):
+        return self.direct(self.columns(x))
+
+
+ALL_FORWARD_OPS = {ops.conv2d.default, ops.im2col.default, ops.col2im.default,
+                   ops.depthwise_conv2d.default, ops.filter2d.default,
+                   ops.trilinear_interpolation.default}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_model_of_every_op_matches_eager_forward_and_backward(device, gen):
+    check_compiled_module(AllOpsModel().to(device), device, gen)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_aoti_package_of_every_op_with_dynamic_batch_matches_eager(device, gen, tmp_path):
+    model = AllOpsModel().to(device).eval()
+    x = make_tensor((3, 4, 6, 6), torch.float32, device, gen=gen)
+    exported = torch.export.export(model, (x,),
+                                   dynamic_shapes={"x": {0: torch.export.Dim("batch", max=64)}})
+    targets = {node.target for node in exported.graph.nodes if node.op == "call_function"}
+    assert ALL_FORWARD_OPS <= targets, targets
+
+    path = torch._inductor.aoti_compile_and_package(exported,
+                                                    package_path=str(tmp_path / "model.pt2"))
+    package = torch._inductor.aoti_load_package(path)
+    with torch.no_grad():
+        for n in (1, 3, 8):
+            x = make_tensor((n, 4, 6, 6), torch.float32, device, gen=gen)
+            assert_same(package(x), model(x), f"AOTInductor package (batch {n})")
