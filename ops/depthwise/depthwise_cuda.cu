@@ -11,6 +11,7 @@
 #include "ops/common/plane_correlation.cuh"
 #include "ops/common/plane_weight_grad.cuh"
 #include "ops/depthwise/depthwise.h"
+#include "ops/depthwise/depthwise_blocked.cuh"
 
 namespace customconv {
 namespace {
@@ -146,6 +147,55 @@ bool engine_geometry(const Dims& d, const Window2d& k, int (&v)[12]) {
   return true;
 }
 
+// The blocked kernel's geometry: square taps of 3, 5 or 7, dilation 1, one
+// stride on both axes; sizes within int32 (the launcher checks element
+// counts). With 7 taps it keeps 49 weights in registers, which pays for 16-bit
+// data but not for 32-bit data, where the tiled engine is faster.
+bool blocked_window(const Dims& d, const Window2d& k, const at::Tensor& data) {
+  const bool taps_ok = k.kh == 3 || k.kh == 5 || (k.kh == 7 && data.element_size() < 4);
+  return taps_ok && k.kh == k.kw && k.sh == k.sw && k.dh == 1 && k.dw == 1 &&
+         (k.sh == 1 || k.sh == 2) && d.h < (1 << 30) && d.w < (1 << 30) && k.ph < (1 << 20) &&
+         k.pw < (1 << 20);
+}
+
+bool forward_blocked(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                     const at::Tensor& output, const Dims& d, const Window2d& k,
+                     cudaStream_t stream) {
+  if (!blocked_window(d, k, input)) return false;
+  const BlockedCorrelation g{int(d.n * d.c * d.mult), int(d.c * d.mult), int(d.c), 1, int(d.mult),
+                             int(d.h), int(d.w), int(d.oh), int(d.ow), int(k.ph), int(k.pw),
+                             false};
+  bool done = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cuda", [&] {
+        done = launch_blocked_correlation<scalar_t>(
+            input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+            bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, output.data_ptr<scalar_t>(),
+            g, input.numel(), output.numel(), int(k.kh), int(k.sh), stream);
+      });
+  return done;
+}
+
+// Stride 1: the input gradient is the grad output correlated with the rotated
+// taps, padded by k - 1 - padding; channel c sums its m output planes.
+bool grad_input_blocked(const at::Tensor& grad_output, const at::Tensor& weight,
+                        const at::Tensor& grad_input, const Dims& d, const Window2d& k,
+                        cudaStream_t stream) {
+  if (!blocked_window(d, k, grad_output) || k.sh != 1) return false;
+  const BlockedCorrelation g{int(d.n * d.c), int(d.c), int(d.c * d.mult), int(d.mult), 1,
+                             int(d.oh), int(d.ow), int(d.h), int(d.w), int(k.kh - 1 - k.ph),
+                             int(k.kw - 1 - k.pw), true};
+  bool done = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cuda", [&] {
+        done = launch_blocked_correlation<scalar_t>(
+            grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(), nullptr,
+            grad_input.data_ptr<scalar_t>(), g, grad_output.numel(), grad_input.numel(),
+            int(k.kh), 1, stream);
+      });
+  return done;
+}
+
 // out (N, C*m) planes = correlation of input plane oc / m with taps oc.
 bool forward_tiled(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                    const at::Tensor& output, const Dims& d, const Window2d& k,
@@ -258,6 +308,7 @@ void forward_cuda(const at::Tensor& input, const at::Tensor& weight, const at::T
   if (total == 0) return;
   auto stream = at::cuda::getCurrentCUDAStream();
   const Dims d = dims_of(input, output, mult);
+  if (forward_blocked(input, weight, bias, output, d, win, stream)) return;
   if (forward_tiled(input, weight, bias, output, d, win, stream)) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cuda", [&] {
@@ -276,6 +327,7 @@ void grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& weight,
   if (total == 0) return;
   auto stream = at::cuda::getCurrentCUDAStream();
   const Dims d = dims_of(grad_input, grad_output, mult);
+  if (grad_input_blocked(grad_output, weight, grad_input, d, win, stream)) return;
   if (grad_input_tiled(grad_output, weight, grad_input, d, win, stream)) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cuda", [&] {

@@ -1,0 +1,147 @@
+// A register-blocked depthwise correlation: square kernels of 3, 5 or 7 taps,
+// stride 1 or 2, dilation 1, zero border. It reads the input straight from
+// global memory (the L1 cache catches the overlap between neighbours) and keeps
+// everything else in registers, so it spends few instructions per output; it
+// serves the forward pass and, at stride 1, the input gradient (the same
+// correlation over the grad output with the taps rotated).
+#pragma once
+
+#include <ATen/OpMathType.h>
+#include <c10/cuda/CUDAException.h>
+
+#include <cstdint>
+
+namespace customconv {
+
+// Output plane `plane` (image n = plane / out_channels, channel oc) sums `fan`
+// input planes: for j < fan, weight row oc * fan + j applied to input channel
+// (oc * fan + j) / div of image n. Forward: fan 1, div m (the multiplier).
+// Input gradient: fan m, div 1, flip (taps rotated by 180 degrees).
+struct BlockedCorrelation {
+  int planes, out_channels, in_channels, fan, div;
+  int h, w, oh, ow, ph, pw;
+  bool flip;
+};
+
+constexpr int kBlockedThreads = 256;
+constexpr int kBlockedCols = 4;  // outputs per thread along x
+
+// One thread per block of R rows x 4 columns of one output plane; threads are
+// numbered column block first, then row block, then plane, so neighbours share
+// input rows. Each thread loads the (R-1)*S+K input rows it needs, one row of
+// (4-1)*S+K values at a time, and adds it into every output row that uses it.
+template <typename T, int K, int S, int R>
+__global__ void __launch_bounds__(kBlockedThreads, 2)
+    blocked_correlation_kernel(const T* __restrict__ in, const T* __restrict__ weight,
+                               const T* __restrict__ bias, T* __restrict__ out,
+                               BlockedCorrelation g, int col_blocks, int row_blocks, int total) {
+  using acc_t = at::opmath_type<T>;
+  constexpr int V = kBlockedCols;
+  constexpr int kRows = (R - 1) * S + K;
+  constexpr int kCols = (V - 1) * S + K;
+  const int idx = blockIdx.x * kBlockedThreads + threadIdx.x;
+  if (idx >= total) return;
+  const int cx = idx % col_blocks;
+  const int rest = idx / col_blocks;
+  const int ry = rest % row_blocks;
+  const int plane = rest / row_blocks;
+  const int oc = plane % g.out_channels, n = plane / g.out_channels;
+  const int y0 = ry * R, x0 = cx * V;
+  const int iy0 = y0 * S - g.ph, ix0 = x0 * S - g.pw;
+
+  bool col_ok[kCols];
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) col_ok[c] = ix0 + c >= 0 && ix0 + c < g.w;
+
+  acc_t acc[R][V];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[i][v] = acc_t(0);
+  }
+  for (int j = 0; j < g.fan; ++j) {
+    const int wrow = oc * g.fan + j;
+    const T* src = in + (int64_t(n) * g.in_channels + wrow / g.div) * g.h * g.w;
+    const T* wp = weight + int64_t(wrow) * K * K;
+    acc_t taps[K][K];
+#pragma unroll
+    for (int a = 0; a < K; ++a) {
+#pragma unroll
+      for (int b = 0; b < K; ++b) {
+        taps[a][b] = static_cast<acc_t>(g.flip ? wp[(K - 1 - a) * K + (K - 1 - b)] : wp[a * K + b]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int iy = iy0 + r;
+      const bool row_ok = iy >= 0 && iy < g.h;
+      const T* row = src + (row_ok ? iy : 0) * g.w + ix0;
+      acc_t vals[kCols];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        vals[c] = row_ok && col_ok[c] ? static_cast<acc_t>(row[c]) : acc_t(0);
+      }
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const int kr = r - i * S;  // the tap row that input row r is for output row i
+        if (kr < 0 || kr >= K) continue;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+#pragma unroll
+          for (int kc = 0; kc < K; ++kc) acc[i][v] += taps[kr][kc] * vals[v * S + kc];
+        }
+      }
+    }
+  }
+  const acc_t b = bias != nullptr ? static_cast<acc_t>(bias[oc]) : acc_t(0);
+  T* dst = out + int64_t(plane) * g.oh * g.ow;
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int y = y0 + i;
+    if (y >= g.oh) break;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      if (x0 + v < g.ow) dst[y * g.ow + x0 + v] = static_cast<T>(acc[i][v] + b);
+    }
+  }
+}
+
+template <typename T, int K, int S>
+void launch_blocked(const T* in, const T* weight, const T* bias, T* out,
+                    const BlockedCorrelation& g, cudaStream_t stream) {
+  constexpr int R = S == 1 ? 4 : 2;
+  const int col_blocks = (g.ow + kBlockedCols - 1) / kBlockedCols;
+  const int row_blocks = (g.oh + R - 1) / R;
+  const int64_t total = int64_t(g.planes) * row_blocks * col_blocks;
+  const int64_t blocks = (total + kBlockedThreads - 1) / kBlockedThreads;
+  blocked_correlation_kernel<T, K, S, R><<<blocks, kBlockedThreads, 0, stream>>>(
+      in, weight, bias, out, g, col_blocks, row_blocks, static_cast<int>(total));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Runs the blocked kernel when it takes the geometry (k x k taps, k in {3, 5,
+// 7}, stride s in {1, 2} on both axes, dilation 1, every index within int32);
+// false otherwise, and the caller takes another route.
+template <typename T>
+bool launch_blocked_correlation(const T* in, const T* weight, const T* bias, T* out,
+                                const BlockedCorrelation& g, int64_t in_numel, int64_t out_numel,
+                                int k, int s, cudaStream_t stream) {
+  constexpr int64_t kMax = int64_t{1} << 30;
+  if (in_numel >= kMax || out_numel >= kMax) return false;
+  if (g.ph < 0 || g.pw < 0) return false;
+#define CUSTOMCONV_BLOCKED_CASE(KK, SS)                                \
+  if (k == KK && s == SS) {                                            \
+    launch_blocked<T, KK, SS>(in, weight, bias, out, g, stream);       \
+    return true;                                                       \
+  }
+  CUSTOMCONV_BLOCKED_CASE(3, 1)
+  CUSTOMCONV_BLOCKED_CASE(5, 1)
+  CUSTOMCONV_BLOCKED_CASE(7, 1)
+  CUSTOMCONV_BLOCKED_CASE(3, 2)
+  CUSTOMCONV_BLOCKED_CASE(5, 2)
+  CUSTOMCONV_BLOCKED_CASE(7, 2)
+#undef CUSTOMCONV_BLOCKED_CASE
+  return false;
+}
+
+}  // namespace customconv
