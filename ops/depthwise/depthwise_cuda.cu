@@ -7,11 +7,11 @@
 
 #include <algorithm>
 
+#include "ops/common/blocked_correlation.cuh"
 #include "ops/common/launch.h"
 #include "ops/common/plane_correlation.cuh"
 #include "ops/common/plane_weight_grad.cuh"
 #include "ops/depthwise/depthwise.h"
-#include "ops/depthwise/depthwise_blocked.cuh"
 
 namespace customconv {
 namespace {
@@ -147,15 +147,9 @@ bool engine_geometry(const Dims& d, const Window2d& k, int (&v)[12]) {
   return true;
 }
 
-// The blocked kernel's geometry: square taps of 3, 5 or 7, dilation 1, one
-// stride on both axes; sizes within int32 (the launcher checks element
-// counts). With 7 taps it keeps 49 weights in registers, which pays for 16-bit
-// data but not for 32-bit data, where the tiled engine is faster.
 bool blocked_window(const Dims& d, const Window2d& k, const at::Tensor& data) {
-  const bool taps_ok = k.kh == 3 || k.kh == 5 || (k.kh == 7 && data.element_size() < 4);
-  return taps_ok && k.kh == k.kw && k.sh == k.sw && k.dh == 1 && k.dw == 1 &&
-         (k.sh == 1 || k.sh == 2) && d.h < (1 << 30) && d.w < (1 << 30) && k.ph < (1 << 20) &&
-         k.pw < (1 << 20);
+  return blocked_takes(k.kh, k.kw, k.sh, k.sw, k.dh, k.dw, data.element_size()) &&
+         d.h < (1 << 30) && d.w < (1 << 30) && d.oh < (1 << 30) && d.ow < (1 << 30);
 }
 
 bool forward_blocked(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,

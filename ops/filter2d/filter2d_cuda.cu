@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "ops/common/blocked_correlation.cuh"
 #include "ops/common/launch.h"
 #include "ops/common/plane_correlation.cuh"
 #include "ops/common/plane_weight_grad.cuh"
@@ -172,8 +173,18 @@ void forward_cuda(const at::Tensor& planes, const at::Tensor& kernel, const at::
   auto stream = at::cuda::getCurrentCUDAStream();
   int v[6];
   const bool sizes_ok = engine_sizes(h, w, s, v);
+  // The zero border takes the blocked kernel where it can: one kernel for every plane.
+  const bool blocked = sizes_ok && s.border == Border::Zeros &&
+                       blocked_takes(s.kh, s.kw, 1, 1, 1, 1, planes.element_size());
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, planes.scalar_type(), "filter2d_cuda", [&] {
+        if (blocked) {
+          const BlockedCorrelation g{int(n), 1, 1, 1, 1, v[0], v[1], v[0], v[1], v[4], v[5], false};
+          if (launch_blocked_correlation<scalar_t>(
+                  planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(), nullptr,
+                  out.data_ptr<scalar_t>(), g, planes.numel(), out.numel(), v[2], 1, stream))
+            return;
+        }
         if (sizes_ok) {
           const PlaneCorrelation g{n,    1,    1,    1,    0, 1, 1,    0,    1, v[0], v[1],
                                    v[0], v[1], v[2], v[3], 1, 1, v[4], v[5], 1, 1,    false};
@@ -228,9 +239,18 @@ void grad_input_cuda(const at::Tensor& grad_out, const at::Tensor& kernel,
                                    1,
                                    1,
                                    true};
-          if (launch_plane_correlation<scalar_t>(
+          const BlockedCorrelation gb{int(n), 1, 1, 1, 1, v[0], v[1], v[0], v[1],
+                                      v[2] - 1 - v[4], v[3] - 1 - v[5], true};
+          const bool zero_adjoint_done =
+              (blocked_takes(s.kh, s.kw, 1, 1, 1, 1, grad_out.element_size()) &&
+               launch_blocked_correlation<scalar_t>(
+                   grad_out.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(),
+                   nullptr, grad_in.data_ptr<scalar_t>(), gb, grad_out.numel(), grad_in.numel(),
+                   v[2], 1, stream)) ||
+              launch_plane_correlation<scalar_t>(
                   grad_out.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(), nullptr,
-                  grad_in.data_ptr<scalar_t>(), g, ZeroBorder{}, stream)) {
+                  grad_in.data_ptr<scalar_t>(), g, ZeroBorder{}, stream);
+          if (zero_adjoint_done) {
             if (bh > 0) {
               const int64_t band = n * (2 * bh * w + (h - 2 * bh) * 2 * bw);
               grad_input_band_kernel<scalar_t><<<blocks_for(band, kThreads), kThreads, 0, stream>>>(

@@ -1,9 +1,11 @@
-// A register-blocked depthwise correlation: square kernels of 3, 5 or 7 taps,
+// A register-blocked plane correlation: square kernels of 3, 5 or 7 taps,
 // stride 1 or 2, dilation 1, zero border. It reads the input straight from
 // global memory (the L1 cache catches the overlap between neighbours) and keeps
-// everything else in registers, so it spends few instructions per output; it
-// serves the forward pass and, at stride 1, the input gradient (the same
-// correlation over the grad output with the taps rotated).
+// everything else in registers, so it spends few instructions per output.
+// depthwise_conv2d and filter2d run their forward passes and stride-1 input
+// gradients (the same correlation over the grad output with the taps rotated)
+// through it where it takes the geometry; the tiled engine in
+// plane_correlation.cuh takes the rest.
 #pragma once
 
 #include <ATen/OpMathType.h>
@@ -119,16 +121,25 @@ void launch_blocked(const T* in, const T* weight, const T* bias, T* out,
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// Runs the blocked kernel when it takes the geometry (k x k taps, k in {3, 5,
-// 7}, stride s in {1, 2} on both axes, dilation 1, every index within int32);
-// false otherwise, and the caller takes another route.
+// Whether the blocked kernel takes k x k taps at stride s on both axes and
+// dilation 1, for data of `element_size` bytes. With 7 taps it keeps 49
+// weights in registers, which pays for 16-bit data but not for 32-bit data,
+// where the tiled engine is faster.
+inline bool blocked_takes(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                          int64_t element_size) {
+  const bool taps_ok = kh == 3 || kh == 5 || (kh == 7 && element_size < 4);
+  return taps_ok && kh == kw && sh == sw && (sh == 1 || sh == 2) && dh == 1 && dw == 1;
+}
+
+// Runs the blocked kernel when it takes the geometry (see blocked_takes; every
+// index within int32); false otherwise, and the caller takes another route.
 template <typename T>
 bool launch_blocked_correlation(const T* in, const T* weight, const T* bias, T* out,
                                 const BlockedCorrelation& g, int64_t in_numel, int64_t out_numel,
                                 int k, int s, cudaStream_t stream) {
   constexpr int64_t kMax = int64_t{1} << 30;
   if (in_numel >= kMax || out_numel >= kMax) return false;
-  if (g.ph < 0 || g.pw < 0) return false;
+  if (g.ph < 0 || g.pw < 0 || g.ph >= (1 << 20) || g.pw >= (1 << 20)) return false;
 #define CUSTOMCONV_BLOCKED_CASE(KK, SS)                                \
   if (k == KK && s == SS) {                                            \
     launch_blocked<T, KK, SS>(in, weight, bias, out, g, stream);       \
