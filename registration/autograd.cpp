@@ -162,13 +162,15 @@ class Im2colFunction : public torch::autograd::Function<Im2colFunction> {
                             c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
                             c10::IntArrayRef padding, c10::IntArrayRef dilation) {
     at::AutoDispatchBelowADInplaceOrView below;
+    // First the op, whose checks name a bad argument (input of fewer than 2 dims included).
+    at::Tensor columns = customconv::im2col(input, kernel_size, stride, padding, dilation);
     // col2im's output_size is int[2]: under symbolic shapes, H and W specialize.
     ctx->saved_data["image_size"] =
         std::vector<int64_t>{input.sym_size(-2).guard_int(__FILE__, __LINE__),
                              input.sym_size(-1).guard_int(__FILE__, __LINE__)};
     ctx->saved_data["kernel_size"] = as_pair(kernel_size);
     save_window(ctx, stride, padding, dilation);
-    return customconv::im2col(input, kernel_size, stride, padding, dilation);
+    return columns;
   }
 
   // The adjoint of im2col is col2im (differentiable in turn).

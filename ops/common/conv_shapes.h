@@ -3,6 +3,8 @@
 // kernels that serve fake tensors, so both see exactly the same rules.
 #pragma once
 
+#include <c10/util/safe_numerics.h>
+
 #include <optional>
 
 #include "ops/common/tensor_checks.h"
@@ -24,6 +26,10 @@ ImageShape<I> read_image(const at::Tensor& t) {
   return {batched, batched ? dim_size<I>(t, 0) : I(1), dim_size<I>(t, o), dim_size<I>(t, o + 1),
           dim_size<I>(t, o + 2)};
 }
+
+// The value of a size, where it is known (always for int64_t).
+inline std::optional<int64_t> as_int(int64_t v) { return v; }
+inline std::optional<int64_t> as_int(const c10::SymInt& v) { return v.maybe_as_int(); }
 
 // Rejects sizes whose element count would not fit in 64 bits (kernels index with int64).
 inline void check_numel(const char* op, const char* what, std::initializer_list<int64_t> sizes) {
@@ -186,6 +192,13 @@ Im2colShape<I> check_col2im(const char* op, const at::Tensor& columns, c10::IntA
   s.in = {batched, batched ? dim_size<I>(columns, 0) : I(1), rows / taps, I(h), I(w)};
   s.oh = window_output_size<I>(op, "height", s.in.h, s.win.extent_h(), s.win.sh, s.win.ph);
   s.ow = window_output_size<I>(op, "width", s.in.w, s.win.extent_w(), s.win.sw, s.win.pw);
+  // oh * ow may pass 2^63 (then no tensor dim can match it).
+  const std::optional<int64_t> oh = as_int(s.oh), ow = as_int(s.ow);
+  int64_t positions = 0;
+  TORCH_CHECK(!oh || !ow || !c10::mul_overflows(*oh, *ow, &positions), op, ": columns.size(", o + 1,
+              ") is ", length, " but output_size (", h, ", ", w,
+              ") with this kernel_size, stride, padding and dilation has ", s.oh, " x ", s.ow,
+              " window positions, more than 2^63");
   TORCH_CHECK(length == s.oh * s.ow, op, ": columns.size(", o + 1, ") is ", length,
               " but output_size (", h, ", ", w,
               ") with this kernel_size, stride, padding and "

@@ -23,9 +23,22 @@ struct XRange {
   int64_t lo, hi;
 };
 XRange valid_x(int64_t offset, int64_t stride, int64_t w, int64_t ow) {
-  const int64_t lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  const int64_t lo = offset >= 0 ? 0 : (-offset - 1) / stride + 1;  // no overflow for any stride
   const int64_t hi = w - 1 - offset >= 0 ? std::min(ow, (w - 1 - offset) / stride + 1) : 0;
   return {lo, std::max(lo, hi)};
+}
+
+// Whether the float32 paths below may copy a plane zero-padded: their copy
+// of rows x pitch floats, rows = (oh - 1) * sh + (kh - 1) * dh + 1 and pitch =
+// (ow rounded up to 16 - 1) * sw + (kw - 1) * dw + 9, stays within a small
+// multiple of the planes it is made from and read into (`in_plane`, `oh` x
+// `ow`). Geometries with far larger padding, dilation or stride (where most
+// taps fall outside the input) take the direct loops, which never form it.
+bool padded_copy_fits(const Window2d& k, int64_t oh, int64_t ow, int64_t in_plane) {
+  const double rows = double(oh - 1) * double(k.sh) + double(k.kh - 1) * double(k.dh) + 1;
+  const double pitch =
+      double((ow + 15) / 16 * 16 - 1) * double(k.sw) + double(k.kw - 1) * double(k.dw) + 9;
+  return rows * pitch <= 4.0 * double(in_plane + (ow + 15) / 16 * 16 * oh) + double(1 << 16);
 }
 
 // The hot float32 loops below are compiled twice on x86-64 (x86-64-v3: AVX2 and FMA; and the
@@ -298,6 +311,7 @@ template <typename T>
 void forward_planes(const T* in, const T* wt, const T* bias, T* out, const Dims& d,
                     const Window2d& k) {
   using acc_t = at::opmath_type<T>;
+  const bool padded = padded_copy_fits(k, d.oh, d.ow, d.h * d.w);
   at::parallel_for(0, d.n * d.k(), grain_for(k.kh * k.kw * d.oh * d.ow), [&](int64_t b, int64_t e) {
     std::vector<acc_t> acc(static_cast<size_t>(d.ow));
     std::vector<float> scratch;
@@ -307,9 +321,11 @@ void forward_planes(const T* in, const T* wt, const T* bias, T* out, const Dims&
       const T* taps = wt + oc * k.kh * k.kw;
       const acc_t b0 = bias ? static_cast<acc_t>(bias[oc]) : acc_t(0);
       if constexpr (std::is_same_v<T, float>) {
-        correlate_plane_f32(plane, d.h, d.w, 1, 1, taps, k, d.oh, d.ow, b0, false,
-                            out + p * d.oh * d.ow, scratch);
-        continue;
+        if (padded) {
+          correlate_plane_f32(plane, d.h, d.w, 1, 1, taps, k, d.oh, d.ow, b0, false,
+                              out + p * d.oh * d.ow, scratch);
+          continue;
+        }
       }
       for (int64_t y = 0; y < d.oh; ++y) {
         std::fill(acc.begin(), acc.end(), b0);
@@ -345,13 +361,13 @@ template <typename T>
 void grad_input_planes(const T* go, const T* wt, T* gi, const Dims& d, const Window2d& k) {
   using acc_t = at::opmath_type<T>;
   const int64_t work = d.mult * k.kh * k.kw * d.oh * d.ow;
+  // The gradient is the grad output, spread out by the stride, correlated
+  // with the rotated taps and padded by dilation*(k-1) - padding; the m
+  // output channels add in order.
+  const Window2d adj{k.kh, k.kw, 1, 1, (k.kh - 1) * k.dh - k.ph, (k.kw - 1) * k.dw - k.pw,
+                     k.dh, k.dw};
   if constexpr (std::is_same_v<T, float>) {
-    {
-      // The gradient is the grad output, spread out by the stride, correlated
-      // with the rotated taps and padded by dilation*(k-1) - padding; the m
-      // output channels add in order.
-      const Window2d adj{k.kh, k.kw, 1, 1, (k.kh - 1) * k.dh - k.ph, (k.kw - 1) * k.dw - k.pw,
-                         k.dh, k.dw};
+    if (padded_copy_fits(adj, d.h, d.w, d.oh * d.ow)) {
       const int64_t taps = k.kh * k.kw;
       std::vector<float> rotated(static_cast<size_t>(d.k() * taps));
       for (int64_t oc = 0; oc < d.k(); ++oc)
@@ -410,26 +426,29 @@ void grad_weight_channels(const T* go, const T* in, T* gw, const Dims& d, const 
   using acc_t = at::opmath_type<T>;
   const int64_t work = d.n * k.kh * k.kw * d.oh * d.ow;
   if constexpr (std::is_same_v<T, float>) {
-    // Per channel: every image adds into 16 lanes per tap, which are then
-    // summed in a fixed order (deterministic).
-    const int64_t taps = k.kh * k.kw;
-    at::parallel_for(0, d.k(), grain_for(work), [&](int64_t b, int64_t e) {
-      std::vector<float> lanes(static_cast<size_t>(taps * 16)), pad_in, pad_go;
-      for (int64_t oc = b; oc < e; ++oc) {
-        const int64_t c = oc / d.mult;
-        std::fill(lanes.begin(), lanes.end(), 0.f);
-        for (int64_t n = 0; n < d.n; ++n) {
-          weight_grad_plane_f32(go + (n * d.k() + oc) * d.oh * d.ow, in + (n * d.c + c) * d.h * d.w,
-                                d.h, d.w, k, d.oh, d.ow, lanes.data(), pad_in, pad_go);
+    if (padded_copy_fits(k, d.oh, d.ow, d.h * d.w)) {
+      // Per channel: every image adds into 16 lanes per tap, which are then
+      // summed in a fixed order (deterministic).
+      const int64_t taps = k.kh * k.kw;
+      at::parallel_for(0, d.k(), grain_for(work), [&](int64_t b, int64_t e) {
+        std::vector<float> lanes(static_cast<size_t>(taps * 16)), pad_in, pad_go;
+        for (int64_t oc = b; oc < e; ++oc) {
+          const int64_t c = oc / d.mult;
+          std::fill(lanes.begin(), lanes.end(), 0.f);
+          for (int64_t n = 0; n < d.n; ++n) {
+            weight_grad_plane_f32(go + (n * d.k() + oc) * d.oh * d.ow,
+                                  in + (n * d.c + c) * d.h * d.w, d.h, d.w, k, d.oh, d.ow,
+                                  lanes.data(), pad_in, pad_go);
+          }
+          for (int64_t t = 0; t < taps; ++t) {
+            double sum = 0;
+            for (int l = 0; l < 16; ++l) sum += lanes[t * 16 + l];
+            gw[oc * taps + t] = static_cast<float>(sum);
+          }
         }
-        for (int64_t t = 0; t < taps; ++t) {
-          double sum = 0;
-          for (int l = 0; l < 16; ++l) sum += lanes[t * 16 + l];
-          gw[oc * taps + t] = static_cast<float>(sum);
-        }
-      }
-    });
-    return;
+      });
+      return;
+    }
   }
   at::parallel_for(0, d.k(), grain_for(work), [&](int64_t b, int64_t e) {
     for (int64_t oc = b; oc < e; ++oc) {
