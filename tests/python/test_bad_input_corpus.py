@@ -66,7 +66,8 @@ from testlib import (
 F32, F64 = torch.float32, torch.float64
 I64_MAX = 2**63 - 1
 BIG = 2**40
-# An output too large for any machine (about 2**46 bytes): the allocator refuses it.
+# An output too large for any machine (2**48 bytes, more than a 47-bit address
+# space, so even an overcommitting allocator refuses it).
 UNALLOCATABLE = r"(can't allocate memory|out of memory|tried to allocate)"
 
 OPS = ("conv2d", "im2col", "col2im", "depthwise_conv2d", "filter2d", "trilinear_interpolation")
@@ -165,7 +166,7 @@ ERRORS = {
         lambda d: ops.conv2d(t(d, 2, 4, 5, 5), t(d, 6, 4, 3, 3), t("meta", 6)),
         r"conv2d: bias is on meta but input is on (cpu|cuda)", False),
     "conv2d-output-too-large-to-allocate": (
-        lambda d: conv(d, x=(1, 1, 1, 1), w=(1, 1, 1, 1), b=None, padding=(2**21, 2**21), groups=1),
+        lambda d: conv(d, x=(1, 1, 1, 1), w=(1, 1, 1, 1), b=None, padding=(2**22, 2**22), groups=1),
         UNALLOCATABLE, False),
     "conv2d_grad_input-grad-output-float16": (
         lambda d: grad_op("conv2d_grad_input", d, godt=torch.float16),
@@ -230,7 +231,7 @@ ERRORS = {
                           r"im2col: input must be float32, float64, float16 or bfloat16; got Char",
                           True),
     "im2col-output-too-large-to-allocate": (
-        lambda d: im2col(d, x=(1, 1, 1, 1), kernel=(1, 1), padding=(2**21, 2**21)), UNALLOCATABLE,
+        lambda d: im2col(d, x=(1, 1, 1, 1), kernel=(1, 1), padding=(2**22, 2**22)), UNALLOCATABLE,
         False),
     "im2col-autograd-grad-output-wrong-shape": (
         lambda d: autograd_grad(lambda: im2col_out(d), (2, 12, 24)), GRAD_SHAPE, False),
@@ -265,7 +266,7 @@ ERRORS = {
                           r"col2im: columns must be float32, float64, float16 or bfloat16; got Bool",
                           True),
     "col2im-output-too-large-to-allocate": (
-        lambda d: ops.col2im(t(d, 1, 1, 1).expand(1, 1, 2**44), [2**22, 2**22], [1, 1], [1, 1],
+        lambda d: ops.col2im(t(d, 1, 1, 1).expand(1, 1, 2**46), [2**23, 2**23], [1, 1], [1, 1],
                              [0, 0], [1, 1]), UNALLOCATABLE, False),
     "col2im-autograd-grad-output-wrong-shape": (
         lambda d: autograd_grad(lambda: col2im_out(d), (2, 3, 6, 5)), GRAD_SHAPE, False),
@@ -290,7 +291,7 @@ ERRORS = {
         lambda d: ops.depthwise_conv2d(t(d, 2, 4, 5, 5), t("meta", 8, 1, 3, 3)),
         r"depthwise_conv2d: weight is on meta but input is on (cpu|cuda)", False),
     "depthwise_conv2d-output-too-large-to-allocate": (
-        lambda d: depthwise(d, x=(1, 1, 1, 1), w=(1, 1, 1, 1), b=None, padding=(2**21, 2**21)),
+        lambda d: depthwise(d, x=(1, 1, 1, 1), w=(1, 1, 1, 1), b=None, padding=(2**22, 2**22)),
         UNALLOCATABLE, False),
     "depthwise_conv2d_grad_input-grad-output-on-meta": (
         lambda d: ops.depthwise_conv2d_grad_input(t("meta", 2, 8, 5, 5), t(d, 2, 4, 5, 5),
@@ -328,7 +329,7 @@ ERRORS = {
         lambda d: ops.filter2d(t(d, 2, 5, 6), t("meta", 3, 3)),
         r"filter2d: kernel is on meta but input is on (cpu|cuda)", False),
     "filter2d-output-too-large-to-allocate": (
-        lambda d: ops.filter2d(t(d, 1, 1).expand(2**22, 2**22), t(d, 1, 1)), UNALLOCATABLE, False),
+        lambda d: ops.filter2d(t(d, 1, 1).expand(2**23, 2**23), t(d, 1, 1)), UNALLOCATABLE, False),
     "filter2d_grad_input-grad-output-1-dim": (
         lambda d: ops.filter2d_grad_input(t(d, 6), t(d, 3, 3), "zeros"),
         r"filter2d_grad_input: grad_output must have at least 2 dims", True),
@@ -376,8 +377,8 @@ ERRORS = {
         lambda d: ops.trilinear_interpolation(t(d, 4, 8, 5), t("meta", 4, 3)),
         r"trilinear_interpolation: points is on meta but feats is on (cpu|cuda)", False),
     "trilinear_interpolation-output-too-large-to-allocate": (
-        lambda d: ops.trilinear_interpolation(t(d, 1, 1, 1).expand(2**22, 8, 2**22),
-                                              t(d, 1, 1).expand(2**22, 3)), UNALLOCATABLE, False),
+        lambda d: ops.trilinear_interpolation(t(d, 1, 1, 1).expand(2**23, 8, 2**23),
+                                              t(d, 1, 1).expand(2**23, 3)), UNALLOCATABLE, False),
     "trilinear_interpolation_backward-grad-output-wrong-n": (
         lambda d: trilinear_backward(d, go=(5, 5)),
         r"trilinear_interpolation_backward: grad_output has shape \[5, 5\] but the output is "
