@@ -125,9 +125,9 @@ def test_conv2d_matches_torch_on_each_route(device, dtype, case, rng, gen, seed)
 @cuda
 @pytest.mark.parametrize("shape", ["3x3", "1x1"])
 def test_conv2d_float32_follows_pytorchs_tf32_policy_for_convolutions(shape, gen):
-    # Like F.conv2d, float32 GEMMs use TF32 exactly when
-    # torch.backends.cudnn.conv.fp32_precision is "tf32" (allow_tf32 in the
-    # legacy API), so swapping nn.Conv2d for ours keeps the precision class.
+    # Like F.conv2d, float32 GEMMs use TF32 exactly when cuDNN's convolutions
+    # may (torch.backends.cudnn.allow_tf32; conv.fp32_precision in the new API),
+    # so swapping nn.Conv2d for ours keeps the precision class.
     k = 3 if shape == "3x3" else 1
     x = make_tensor((4, 64, 40, 40), torch.float32, "cuda", gen=gen)
     w = make_tensor((64, 64, k, k), torch.float32, "cuda", gen=gen)
@@ -138,15 +138,15 @@ def test_conv2d_float32_follows_pytorchs_tf32_policy_for_convolutions(shape, gen
         return ((out.double() - ref).abs() / scale).max().item()
 
     errors = {}
-    saved = torch.backends.cudnn.conv.fp32_precision
+    saved = torch.backends.cudnn.allow_tf32
     try:
         for mode in ("ieee", "tf32"):
-            torch.backends.cudnn.conv.fp32_precision = mode
+            torch.backends.cudnn.allow_tf32 = mode == "tf32"
             ours = ops.conv2d(x, w, None, [1, 1], [k // 2] * 2, [1, 1], 1)
             theirs = F.conv2d(x, w, padding=k // 2)
             errors[mode] = (rel_err(ours), rel_err(theirs))
     finally:
-        torch.backends.cudnn.conv.fp32_precision = saved
+        torch.backends.cudnn.allow_tf32 = saved
     (ieee_ours, ieee_torch), (tf32_ours, tf32_torch) = errors["ieee"], errors["tf32"]
     assert ieee_ours < 1e-5, errors  # float32 arithmetic
     assert tf32_ours > 1e-5, errors  # TF32 (10-bit mantissa) arithmetic
