@@ -8,7 +8,10 @@
 # customconv); CTEST=0 skips ctest; PYTEST=0 skips pytest; PYTEST_FILES (a
 # glob, default tests/python/test_*.py); BENCH_OPS (e.g. depthwise,filter2d)
 # also runs bench/bench.py on them (BENCH_DTYPES: its --dtypes), writing
-# OUTDIR/bench/.
+# OUTDIR/bench/. RELIABILITY=1 also runs, next to the tests and on the last GPU,
+# the long CUDA fuzz (FUZZ_CONFIGS per op, default 5000, within FUZZ_SECONDS),
+# compute-sanitizer's four tools (SANITIZER_SECONDS per tool and part) and the
+# demo serving 10,000 requests on 16 threads and on 1 (OUTDIR/reliability/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=$(realpath -m "${1:-gpu-results}")
@@ -35,6 +38,36 @@ step configure cmake -S . -B "$BUILD" -G Ninja -DCUSTOMCONV_CUDA=ON \
   -DCUSTOMCONV_CUDA_ARCHS="${CUDA_ARCHS:-90}" -DCUSTOMCONV_PYTHON="$PY" || exit 1
 step build cmake --build "$BUILD" -j "$(nproc)" ${TARGET:+--target "$TARGET"} ||
   { tail -40 "$OUT/build.log"; exit 1; }
+reliability() {  # the long-running checks of docs/reliability.md, on the last GPU
+  local dir="$OUT/reliability" gpu
+  gpu=$(( $($PY -c "import torch; print(torch.cuda.device_count())") - 1 ))
+  mkdir -p "$dir"
+  (
+    export CUDA_VISIBLE_DEVICES=$gpu PYTHONPATH="$PWD/python_stub" CUSTOMCONV_LIBRARY="$PWD/$BUILD/libcustomconv.so"
+    timeout $(( ${FUZZ_SECONDS:-360} + 60 )) "$PY" tests/fuzz/fuzz_ops.py --device cuda \
+      --configs "${FUZZ_CONFIGS:-5000}" --seed 1 --time-limit "${FUZZ_SECONDS:-360}" \
+      --json "$dir/fuzz-cuda.json" > "$dir/fuzz-cuda.log" 2>&1
+    echo "fuzz rc=$?" >> "$dir/summary.txt"
+  ) &
+  (
+    export CUDA_VISIBLE_DEVICES=$gpu
+    TOOL_TIMEOUT=${SANITIZER_SECONDS:-120} bash tests/sanitize/run_compute_sanitizer.sh \
+      "$dir/compute-sanitizer" "$BUILD" > "$dir/compute-sanitizer.log" 2>&1
+    echo "compute-sanitizer rc=$?" >> "$dir/summary.txt"
+  ) &
+  (
+    export CUDA_VISIBLE_DEVICES=$gpu PYTHONPATH="$PWD/python_stub" CUSTOMCONV_LIBRARY="$PWD/$BUILD/libcustomconv.so"
+    "$PY" cpp_demo/make_model.py --out "$BUILD/demo-serve" > "$dir/demo.log" 2>&1
+    local m="$BUILD/demo-serve"
+    for t in 16 1; do
+      "$BUILD/customconv_demo" --model "$m/model.pt" --inputs "$m/inputs.pt" --expected "$m/expected.pt" \
+        --device cuda --threads "$t" --iters 10000 >> "$dir/demo.log" 2>&1
+      echo "demo cuda threads=$t rc=$?" >> "$dir/summary.txt"
+    done
+  ) &
+}
+if [ "${RELIABILITY:-0}" != 0 ]; then reliability; fi
+
 # The pytest files run once, directly and one process per file (so their
 # pass/skip counts show and a crash loses one file only); ctest runs the rest.
 if [ "${CTEST:-1}" != 0 ]; then
@@ -55,6 +88,13 @@ if [ -n "${BENCH_OPS:-}" ]; then
     "$PY" bench/bench.py --device cuda --ops "$BENCH_OPS" ${BENCH_DTYPES:+--dtypes "$BENCH_DTYPES"} --out "$OUT/bench"
 fi
 
+wait  # the reliability checks
+if [ -f "$OUT/reliability/summary.txt" ]; then
+  { echo "---- reliability"; cat "$OUT/reliability/summary.txt"
+    cat "$OUT/reliability/compute-sanitizer/summary.txt" 2>/dev/null
+    tail -12 "$OUT/reliability/fuzz-cuda.log"
+    grep -E "latency|throughput|mismatch|requests" "$OUT/reliability/demo.log"; } >> "$OUT/summary.txt"
+fi
 echo "---- failed or skipped tests" >> "$OUT/summary.txt"
 if [ -f "$OUT/ctest.log" ]; then
   grep -E "\*\*\*Failed|Not Run|\*\*\*Skipped|Exception" "$OUT/ctest.log" >> "$OUT/summary.txt"
