@@ -49,12 +49,16 @@ reliability() {  # the long-running checks of docs/reliability.md, on the last G
       --json "$dir/fuzz-cuda.json" > "$dir/fuzz-cuda.log" 2>&1
     echo "fuzz rc=$?" >> "$dir/summary.txt"
   ) &
-  (
-    export CUDA_VISIBLE_DEVICES=$gpu
-    TOOL_TIMEOUT=${SANITIZER_SECONDS:-120} bash tests/sanitize/run_compute_sanitizer.sh \
-      "$dir/compute-sanitizer" "$BUILD" > "$dir/compute-sanitizer.log" 2>&1
-    echo "compute-sanitizer rc=$?" >> "$dir/summary.txt"
-  ) &
+  local tool
+  for tool in memcheck racecheck initcheck synccheck; do  # one process per tool, side by side
+    (
+      export CUDA_VISIBLE_DEVICES=$gpu
+      TOOLS=$tool FUZZ_CONFIGS=3 TOOL_TIMEOUT=${SANITIZER_SECONDS:-120} \
+        bash tests/sanitize/run_compute_sanitizer.sh "$dir/compute-sanitizer-$tool" "$BUILD" \
+        > "$dir/compute-sanitizer-$tool.log" 2>&1
+      echo "compute-sanitizer $tool rc=$?" >> "$dir/summary.txt"
+    ) &
+  done
   (
     export CUDA_VISIBLE_DEVICES=$gpu PYTHONPATH="$PWD/python_stub" CUSTOMCONV_LIBRARY="$PWD/$BUILD/libcustomconv.so"
     "$PY" cpp_demo/make_model.py --out "$BUILD/demo-serve" > "$dir/demo.log" 2>&1
@@ -91,7 +95,7 @@ fi
 wait  # the reliability checks
 if [ -f "$OUT/reliability/summary.txt" ]; then
   { echo "---- reliability"; cat "$OUT/reliability/summary.txt"
-    cat "$OUT/reliability/compute-sanitizer/summary.txt" 2>/dev/null
+    cat "$OUT"/reliability/compute-sanitizer-*/summary.txt 2>/dev/null
     tail -12 "$OUT/reliability/fuzz-cuda.log"
     grep -E "latency|throughput|mismatch|requests" "$OUT/reliability/demo.log"; } >> "$OUT/summary.txt"
 fi

@@ -45,7 +45,7 @@ export PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=2
 # Exact-size allocations, so that an access past a tensor's end is past its
 # allocation too (the caching allocator would hide it inside a larger block).
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-data="$build/test-data"
+data="$out/test-data"  # per run, so that runs of several tools can share a build
 "$python" "$root/tests/make_test_models.py" "$data" >"$out/test-models.log" 2>&1 ||
   { echo "making the test models failed: $out/test-models.log" | tee -a "$summary"; exit 2; }
 export CUSTOMCONV_TEST_DATA="$data"
