@@ -4,7 +4,7 @@
 #
 #   bash bench/gpu_check.sh OUTDIR
 #
-# env: PYTHON, CUDA_ARCHS=90, BUILD_DIR; TARGET (build only that target, e.g.
+# env: PYTHON, CUDA_ARCHS=90, BUILD_DIR; CTEST_REGEX (ctest -R); TARGET (build only that target, e.g.
 # customconv); CTEST=0 skips ctest; PYTEST=0 skips pytest; PYTEST_FILES (a
 # glob, default tests/python/test_*.py); BENCH_OPS (e.g. depthwise,filter2d)
 # also runs bench/bench.py on them (BENCH_DTYPES: its --dtypes), writing
@@ -75,7 +75,7 @@ if [ "${RELIABILITY:-0}" != 0 ]; then reliability; fi
 # The pytest files run once, directly and one process per file (so their
 # pass/skip counts show and a crash loses one file only); ctest runs the rest.
 if [ "${CTEST:-1}" != 0 ]; then
-  step ctest ctest --test-dir "$BUILD" -j 4 -E '^python\.' --output-on-failure
+  step ctest ctest --test-dir "$BUILD" -j 4 -E '^python\.' ${CTEST_REGEX:+-R "$CTEST_REGEX"} --output-on-failure
 fi
 run_pytest() {
   local rc=0 f

@@ -181,12 +181,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Whether every offset into `images` and `columns` (and the loop counters,
-// which run up to total plus one grid stride) fits in int32_t.
-bool fits_int32(const at::Tensor& images, const at::Tensor& columns, int64_t total) {
+// Whether every offset into `images` and `columns`, every coordinate a window
+// reaches (padding, stride and dilation included) and the loop counters (which
+// run up to total plus one grid stride) fit in int32_t.
+bool fits_int32(const at::Tensor& images, const at::Tensor& columns, int64_t total,
+                const Window2d& k, int64_t oh, int64_t ow) {
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max() / 2;
   const int64_t col_extent = columns.storage().nbytes() / std::max<int64_t>(columns.element_size(), 1);
-  return images.numel() < kMax && col_extent < kMax && total < kMax;
+  // In double: strides and dilations may be near 2^63, their products overflow int64.
+  const double reach_h = std::max(double(oh - 1) * double(k.sh), double(images.size(2))) +
+                         double(k.ph) + double(k.kh - 1) * double(k.dh);
+  const double reach_w = std::max(double(ow - 1) * double(k.sw), double(images.size(3))) +
+                         double(k.pw) + double(k.kw - 1) * double(k.dw);
+  return images.numel() < kMax && col_extent < kMax && total < kMax && reach_h < double(kMax) &&
+         reach_w < double(kMax);
 }
 
 }  // namespace
@@ -200,7 +208,7 @@ void im2col_cuda(const at::Tensor& images, const at::Tensor& columns, const Wind
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, images.scalar_type(), "im2col_cuda", [&] {
         const auto blocks = blocks_for(total, kThreads);
-        if (fits_int32(images, columns, total)) {
+        if (fits_int32(images, columns, total, win, oh, ow)) {
           const auto g = geometry<int32_t>(images, win, oh, ow, layout);
           if (!launch_im2col_vec<scalar_t>(images, columns, total, g, stream)) {
             im2col_kernel<scalar_t, int32_t><<<blocks, kThreads, 0, stream>>>(
@@ -227,7 +235,7 @@ void col2im_cuda(const at::Tensor& columns, const at::Tensor& images, const Wind
         const bool unit = win.sh == 1 && win.sw == 1 && win.dh == 1 && win.dw == 1;
         const scalar_t* src = columns.const_data_ptr<scalar_t>();
         scalar_t* dst = images.data_ptr<scalar_t>();
-        if (fits_int32(images, columns, total)) {
+        if (fits_int32(images, columns, total, win, oh, ow)) {
           const auto g = geometry<int32_t>(images, win, oh, ow, layout);
           if (unit) {
             col2im_kernel<scalar_t, int32_t, true><<<blocks, kThreads, 0, stream>>>(src, dst, int32_t(total), g);

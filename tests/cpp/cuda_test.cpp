@@ -4,6 +4,7 @@
 
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/cuda.h>
+#include <ATen/Context.h>
 
 #if __has_include(<cuda_runtime_api.h>) && __has_include(<ATen/cuda/CUDAGraph.h>)
 #include <ATen/cuda/CUDAGraph.h>
@@ -17,6 +18,16 @@ namespace {
 
 using namespace customconv_test;
 using torch::autograd::grad;
+
+// float32 results are checked at float32's precision. conv2d follows cuDNN's
+// TF32 flag for convolutions, as F.conv2d does, and PyTorch allows TF32 there
+// by default; this turns it off for every test in the binary.
+class IeeeFloat32Environment : public ::testing::Environment {
+ public:
+  void SetUp() override { at::globalContext().setAllowTF32CuDNN(false); }
+};
+[[maybe_unused]] ::testing::Environment* const kIeeeFloat32 =
+    ::testing::AddGlobalTestEnvironment(new IeeeFloat32Environment);
 
 constexpr double kF64Rtol = 1e-9, kF64Atol = 1e-10;
 
