@@ -193,6 +193,10 @@ bool fits_int32(const at::Tensor& images, const at::Tensor& columns, int64_t tot
                          double(k.ph) + double(k.kh - 1) * double(k.dh);
   const double reach_w = std::max(double(ow - 1) * double(k.sw), double(images.size(3))) +
                          double(k.pw) + double(k.kw - 1) * double(k.dw);
+  const int64_t params[] = {k.kh, k.kw, k.sh, k.sw, k.ph, k.pw, k.dh, k.dw};
+  for (const int64_t v : params) {
+    if (v >= kMax) return false;  // the window itself must convert to int32 unchanged
+  }
   return images.numel() < kMax && col_extent < kMax && total < kMax && reach_h < double(kMax) &&
          reach_w < double(kMax);
 }
