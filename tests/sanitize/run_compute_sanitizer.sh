@@ -63,7 +63,7 @@ tool_flags() {  # the flags of one tool
   case $1 in
     memcheck) echo "--leak-check full" ;;
     racecheck) echo "--racecheck-report all" ;;
-    initcheck) echo "--track-unused-memory no" ;;
+    initcheck) echo "" ;;  # (--track-unused-memory takes no value in this version)
     *) echo "" ;;
   esac
 }
