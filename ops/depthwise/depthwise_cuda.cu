@@ -340,7 +340,8 @@ void grad_weight_cuda(const at::Tensor& grad_output, const at::Tensor& input,
   auto stream = at::cuda::getCurrentCUDAStream();
   const Dims d = dims_of(input, grad_output, mult);
   if (grad_weight_tiled(grad_output, input, grad_weight, d, win, stream)) return;
-  TORCH_CHECK(blocks < (int64_t{1} << 31), "depthwise_conv2d_grad_weight: weight too large");
+  TORCH_CHECK(blocks < (int64_t{1} << 31), "depthwise_conv2d_grad_weight: weight has ", blocks,
+              " elements; at most 2^31 - 1 are supported");
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_grad_weight_cuda", [&] {
         grad_weight_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
