@@ -9,9 +9,10 @@
 # glob, default tests/python/test_*.py); BENCH_OPS (e.g. depthwise,filter2d)
 # also runs bench/bench.py on them (BENCH_DTYPES: its --dtypes), writing
 # OUTDIR/bench/. RELIABILITY=1 also runs, next to the tests and on the last GPU,
-# the long CUDA fuzz (FUZZ_CONFIGS per op, default 5000, within FUZZ_SECONDS),
-# compute-sanitizer's four tools (SANITIZER_SECONDS per tool and part) and the
-# demo serving 10,000 requests on 16 threads and on 1 (OUTDIR/reliability/).
+# the long CUDA fuzz (one process per op, FUZZ_CONFIGS per op, default 5000,
+# within FUZZ_SECONDS; 0 skips it), compute-sanitizer's tools (SANITIZERS, default
+# all four; SANITIZER_SECONDS per tool and part) and the demo serving 10,000
+# requests on 16 threads and on 1 (OUTDIR/reliability/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=$(realpath -m "${1:-gpu-results}")
@@ -42,15 +43,19 @@ reliability() {  # the long-running checks of docs/reliability.md, on the last G
   local dir="$OUT/reliability" gpu
   gpu=$(( $($PY -c "import torch; print(torch.cuda.device_count())") - 1 ))
   mkdir -p "$dir"
-  (
-    export CUDA_VISIBLE_DEVICES=$gpu PYTHONPATH="$PWD/python_stub" CUSTOMCONV_LIBRARY="$PWD/$BUILD/libcustomconv.so"
-    timeout $(( ${FUZZ_SECONDS:-360} + 60 )) "$PY" tests/fuzz/fuzz_ops.py --device cuda \
-      --configs "${FUZZ_CONFIGS:-5000}" --seed 1 --time-limit "${FUZZ_SECONDS:-360}" \
-      --json "$dir/fuzz-cuda.json" > "$dir/fuzz-cuda.log" 2>&1
-    echo "fuzz rc=$?" >> "$dir/summary.txt"
-  ) &
+  local op fuzz_ops=
+  [ "${FUZZ_SECONDS:-360}" = 0 ] || fuzz_ops="conv2d im2col col2im depthwise_conv2d filter2d trilinear_interpolation"
+  for op in $fuzz_ops; do  # one process per op
+    (
+      export CUDA_VISIBLE_DEVICES=$gpu PYTHONPATH="$PWD/python_stub" CUSTOMCONV_LIBRARY="$PWD/$BUILD/libcustomconv.so"
+      timeout $(( ${FUZZ_SECONDS:-360} + 60 )) "$PY" tests/fuzz/fuzz_ops.py --device cuda --ops "$op" \
+        --configs "${FUZZ_CONFIGS:-5000}" --seed 1 --time-limit "${FUZZ_SECONDS:-360}" --threads 2 \
+        --json "$dir/fuzz-cuda-$op.json" > "$dir/fuzz-cuda-$op.log" 2>&1
+      echo "fuzz $op rc=$?" >> "$dir/summary.txt"
+    ) &
+  done
   local tool
-  for tool in memcheck racecheck initcheck synccheck; do  # one process per tool, side by side
+  for tool in ${SANITIZERS-memcheck racecheck initcheck synccheck}; do  # one process per tool, side by side
     (
       export CUDA_VISIBLE_DEVICES=$gpu
       TOOLS=$tool FUZZ_CONFIGS=3 TOOL_TIMEOUT=${SANITIZER_SECONDS:-120} \
@@ -96,7 +101,7 @@ wait  # the reliability checks
 if [ -f "$OUT/reliability/summary.txt" ]; then
   { echo "---- reliability"; cat "$OUT/reliability/summary.txt"
     cat "$OUT"/reliability/compute-sanitizer-*/summary.txt 2>/dev/null
-    tail -12 "$OUT/reliability/fuzz-cuda.log"
+    for f in "$OUT"/reliability/fuzz-cuda-*.log; do tail -4 "$f"; done
     grep -E "latency|throughput|mismatch|requests" "$OUT/reliability/demo.log"; } >> "$OUT/summary.txt"
 fi
 echo "---- failed or skipped tests" >> "$OUT/summary.txt"

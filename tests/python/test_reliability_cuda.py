@@ -135,7 +135,11 @@ def test_every_op_runs_on_the_second_gpu_while_the_first_is_current(op, gen):
     torch.cuda.set_device(0)
     fn, inputs = OPS[op]("cuda:1", F64, gen)
     grad = make_tensor(fn(*inputs).shape, F64, "cuda:1", gen=gen)
-    results = forward_backward(fn, inputs, grad)
+    # Detached: an eager autograd graph kept alive into the capture below keeps
+    # its leaves' gradient accumulators, which remember the default stream they
+    # were made on, and PyTorch's engine then records an event on that legacy
+    # stream inside the capture (an error; F.fold does the same).
+    results = [r.detach() for r in forward_backward(fn, inputs, grad)]
     torch.cuda.synchronize(1)
     assert torch.cuda.current_device() == 0
     assert all(r.device == torch.device("cuda:1") for r in results), [r.device for r in results]
