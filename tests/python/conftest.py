@@ -30,6 +30,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "cuda: needs a CUDA device; skipped when torch.cuda.is_available() is False"
     )
+    config.addinivalue_line(
+        "markers", "unallocatable: a bad-input case whose output no machine can allocate"
+    )
 
 
 def pytest_runtest_setup(item):
