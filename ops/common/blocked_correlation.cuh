@@ -28,11 +28,22 @@ struct BlockedCorrelation {
 constexpr int kBlockedThreads = 256;
 constexpr int kBlockedCols = 4;  // outputs per thread along x
 
+// Four consecutive elements, aligned as one vector load or store (8 bytes for
+// 16-bit data, 16 for float32).
+template <typename T>
+struct alignas(4 * sizeof(T)) Quad {
+  T v[4];
+};
+
 // One thread per block of R rows x 4 columns of one output plane; threads are
 // numbered column block first, then row block, then plane, so neighbours share
 // input rows. Each thread loads the (R-1)*S+K input rows it needs, one row of
 // (4-1)*S+K values at a time, and adds it into every output row that uses it.
-template <typename T, int K, int S, int R>
+// kQuads (stride 1, "same" padding (K-1)/2, widths and pointers aligned to 4
+// elements): a row's values are the three aligned quads around the thread's
+// four columns, read as three vector loads (each quad lies wholly inside or
+// wholly outside the row), and the four outputs are one vector store.
+template <typename T, int K, int S, int R, bool kQuads>
 __global__ void __launch_bounds__(kBlockedThreads, 2)
     blocked_correlation_kernel(const T* __restrict__ in, const T* __restrict__ weight,
                                const T* __restrict__ bias, T* __restrict__ out,
@@ -77,11 +88,32 @@ __global__ void __launch_bounds__(kBlockedThreads, 2)
     for (int r = 0; r < kRows; ++r) {
       const int iy = iy0 + r;
       const bool row_ok = iy >= 0 && iy < g.h;
-      const T* row = src + (row_ok ? iy : 0) * g.w + ix0;
       acc_t vals[kCols];
+      if constexpr (kQuads) {
+        static_assert(S == 1 && K <= 9, "the three quads cover (K-1)/2 columns on either side");
+        constexpr int kFirst = 4 - (K - 1) / 2;  // position of column ix0 in the quads
+        T quads[12];
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        vals[c] = row_ok && col_ok[c] ? static_cast<acc_t>(row[c]) : acc_t(0);
+        for (int q = 0; q < 3; ++q) {
+          const int xq = x0 - 4 + 4 * q;
+          Quad<T> v;
+          if (row_ok && xq >= 0 && xq < g.w) {
+            v = *reinterpret_cast<const Quad<T>*>(src + iy * g.w + xq);
+          } else {
+#pragma unroll
+            for (int l = 0; l < 4; ++l) v.v[l] = T(0);
+          }
+#pragma unroll
+          for (int l = 0; l < 4; ++l) quads[4 * q + l] = v.v[l];
+        }
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) vals[c] = static_cast<acc_t>(quads[kFirst + c]);
+      } else {
+        const T* row = src + (row_ok ? iy : 0) * g.w + ix0;
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+          vals[c] = row_ok && col_ok[c] ? static_cast<acc_t>(row[c]) : acc_t(0);
+        }
       }
 #pragma unroll
       for (int i = 0; i < R; ++i) {
@@ -101,9 +133,16 @@ __global__ void __launch_bounds__(kBlockedThreads, 2)
   for (int i = 0; i < R; ++i) {
     const int y = y0 + i;
     if (y >= g.oh) break;
+    if constexpr (kQuads) {
+      Quad<T> o;
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      if (x0 + v < g.ow) dst[y * g.ow + x0 + v] = static_cast<T>(acc[i][v] + b);
+      for (int v = 0; v < V; ++v) o.v[v] = static_cast<T>(acc[i][v] + b);
+      *reinterpret_cast<Quad<T>*>(dst + y * g.ow + x0) = o;
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        if (x0 + v < g.ow) dst[y * g.ow + x0 + v] = static_cast<T>(acc[i][v] + b);
+      }
     }
   }
 }
@@ -116,8 +155,17 @@ void launch_blocked(const T* in, const T* weight, const T* bias, T* out,
   const int row_blocks = (g.oh + R - 1) / R;
   const int64_t total = int64_t(g.planes) * row_blocks * col_blocks;
   const int64_t blocks = (total + kBlockedThreads - 1) / kBlockedThreads;
-  blocked_correlation_kernel<T, K, S, R><<<blocks, kBlockedThreads, 0, stream>>>(
-      in, weight, bias, out, g, col_blocks, row_blocks, static_cast<int>(total));
+  const auto aligned = [](const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(T)) == 0;
+  };
+  if (S == 1 && g.pw == (K - 1) / 2 && g.w % 4 == 0 && g.ow % 4 == 0 && aligned(in) &&
+      aligned(out)) {
+    blocked_correlation_kernel<T, K, S, R, S == 1><<<blocks, kBlockedThreads, 0, stream>>>(
+        in, weight, bias, out, g, col_blocks, row_blocks, static_cast<int>(total));
+  } else {
+    blocked_correlation_kernel<T, K, S, R, false><<<blocks, kBlockedThreads, 0, stream>>>(
+        in, weight, bias, out, g, col_blocks, row_blocks, static_cast<int>(total));
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

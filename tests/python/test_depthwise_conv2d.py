@@ -100,6 +100,16 @@ EDGE_CASES = {
     "expanded_input_and_grad": dict(input_layout="expanded", grad_layout="expanded", batch=3),
     "offset_input_weight_grad": dict(input_layout="offset", weight_layout="offset",
                                      grad_layout="offset", batch=2),
+    # "Same" padding on widths of a multiple of 4: the CUDA kernels' vector loads
+    # and stores (aligned quads); the offset layouts take the scalar path.
+    "same_3x3_quads": dict(kernel=(3, 3), padding=(1, 1), stride=(1, 1), dilation=(1, 1),
+                           size=(9, 16), batch=2),
+    "same_5x5_quads_multiplier2": dict(kernel=(5, 5), padding=(2, 2), stride=(1, 1),
+                                       dilation=(1, 1), size=(7, 12), multiplier=2),
+    "same_7x7_quads": dict(kernel=(7, 7), padding=(3, 3), stride=(1, 1), dilation=(1, 1),
+                           size=(10, 8), batch=2),
+    "same_3x3_quads_offset": dict(kernel=(3, 3), padding=(1, 1), stride=(1, 1), dilation=(1, 1),
+                                  size=(6, 8), input_layout="offset", grad_layout="offset"),
 }
 
 
