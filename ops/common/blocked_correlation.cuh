@@ -35,6 +35,49 @@ struct alignas(4 * sizeof(T)) Quad {
   T v[4];
 };
 
+// The kCols = 3*S+K input values of row iy (of a plane at src) that a thread
+// whose four output columns start at x0 (input column ix0) needs, zero outside
+// the plane, as acc_t; see the kernel below for kQuads.
+template <typename T, typename acc_t, int K, int S, bool kQuads>
+__device__ __forceinline__ void load_blocked_row(const T* __restrict__ src, int iy, int x0, int ix0,
+                                                 const BlockedCorrelation& g,
+                                                 const bool (&col_ok)[(kBlockedCols - 1) * S + K],
+                                                 acc_t (&vals)[(kBlockedCols - 1) * S + K]) {
+  constexpr int kCols = (kBlockedCols - 1) * S + K;
+  const bool row_ok = iy >= 0 && iy < g.h;
+  if constexpr (kQuads) {
+    static_assert(S == 1 && K <= 9, "the three quads cover (K-1)/2 columns on either side");
+    constexpr int kFirst = 4 - (K - 1) / 2;  // position of column ix0 in the quads
+    T quads[12];
+#pragma unroll
+    for (int q = 0; q < 3; ++q) {
+      const int xq = x0 - 4 + 4 * q;
+      Quad<T> v;
+      if (row_ok && xq >= 0 && xq < g.w) {
+        v = *reinterpret_cast<const Quad<T>*>(src + iy * g.w + xq);
+      } else {
+#pragma unroll
+        for (int l = 0; l < 4; ++l) v.v[l] = T(0);
+      }
+#pragma unroll
+      for (int l = 0; l < 4; ++l) quads[4 * q + l] = v.v[l];
+    }
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) vals[c] = static_cast<acc_t>(quads[kFirst + c]);
+  } else {
+    const T* row = src + (row_ok ? iy : 0) * g.w + ix0;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      vals[c] = row_ok && col_ok[c] ? static_cast<acc_t>(row[c]) : acc_t(0);
+    }
+  }
+}
+
+// Whether the kernel below walks the tap rows outermost (float32 with 7 taps:
+// 49 weights in registers would spill under the two-blocks-per-SM bound).
+template <typename T, int K>
+constexpr bool kBlockedTapRowsOuter = K == 7 && sizeof(T) == 4;
+
 // One thread per block of R rows x 4 columns of one output plane; threads are
 // numbered column block first, then row block, then plane, so neighbours share
 // input rows. Each thread loads the (R-1)*S+K input rows it needs, one row of
@@ -43,6 +86,9 @@ struct alignas(4 * sizeof(T)) Quad {
 // elements): a row's values are the three aligned quads around the thread's
 // four columns, read as three vector loads (each quad lies wholly inside or
 // wholly outside the row), and the four outputs are one vector store.
+// kBlockedTapRowsOuter: the thread walks the K tap rows, holding one row of
+// taps, and loads for each of its R output rows the input row that tap row
+// meets (R*K row loads instead of (R-1)*S+K, and K registers of taps, not K*K).
 template <typename T, int K, int S, int R, bool kQuads>
 __global__ void __launch_bounds__(kBlockedThreads, 2)
     blocked_correlation_kernel(const T* __restrict__ in, const T* __restrict__ weight,
@@ -76,53 +122,50 @@ __global__ void __launch_bounds__(kBlockedThreads, 2)
     const int wrow = oc * g.fan + j;
     const T* src = in + (int64_t(n) * g.in_channels + wrow / g.div) * g.h * g.w;
     const T* wp = weight + int64_t(wrow) * K * K;
-    acc_t taps[K][K];
+    if constexpr (kBlockedTapRowsOuter<T, K>) {
+#pragma unroll 1
+      for (int kr = 0; kr < K; ++kr) {
+        acc_t taps[K];
 #pragma unroll
-    for (int a = 0; a < K; ++a) {
+        for (int kc = 0; kc < K; ++kc) {
+          taps[kc] = static_cast<acc_t>(g.flip ? wp[(K - 1 - kr) * K + (K - 1 - kc)]
+                                               : wp[kr * K + kc]);
+        }
 #pragma unroll
-      for (int b = 0; b < K; ++b) {
-        taps[a][b] = static_cast<acc_t>(g.flip ? wp[(K - 1 - a) * K + (K - 1 - b)] : wp[a * K + b]);
-      }
-    }
+        for (int i = 0; i < R; ++i) {
+          acc_t vals[kCols];
+          load_blocked_row<T, acc_t, K, S, kQuads>(src, iy0 + i * S + kr, x0, ix0, g, col_ok,
+                                                   vals);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int iy = iy0 + r;
-      const bool row_ok = iy >= 0 && iy < g.h;
-      acc_t vals[kCols];
-      if constexpr (kQuads) {
-        static_assert(S == 1 && K <= 9, "the three quads cover (K-1)/2 columns on either side");
-        constexpr int kFirst = 4 - (K - 1) / 2;  // position of column ix0 in the quads
-        T quads[12];
+          for (int v = 0; v < V; ++v) {
 #pragma unroll
-        for (int q = 0; q < 3; ++q) {
-          const int xq = x0 - 4 + 4 * q;
-          Quad<T> v;
-          if (row_ok && xq >= 0 && xq < g.w) {
-            v = *reinterpret_cast<const Quad<T>*>(src + iy * g.w + xq);
-          } else {
-#pragma unroll
-            for (int l = 0; l < 4; ++l) v.v[l] = T(0);
+            for (int kc = 0; kc < K; ++kc) acc[i][v] += taps[kc] * vals[v * S + kc];
           }
-#pragma unroll
-          for (int l = 0; l < 4; ++l) quads[4 * q + l] = v.v[l];
         }
+      }
+    } else {
+      acc_t taps[K][K];
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) vals[c] = static_cast<acc_t>(quads[kFirst + c]);
-      } else {
-        const T* row = src + (row_ok ? iy : 0) * g.w + ix0;
+      for (int a = 0; a < K; ++a) {
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-          vals[c] = row_ok && col_ok[c] ? static_cast<acc_t>(row[c]) : acc_t(0);
+        for (int b = 0; b < K; ++b) {
+          taps[a][b] =
+              static_cast<acc_t>(g.flip ? wp[(K - 1 - a) * K + (K - 1 - b)] : wp[a * K + b]);
         }
       }
 #pragma unroll
-      for (int i = 0; i < R; ++i) {
-        const int kr = r - i * S;  // the tap row that input row r is for output row i
-        if (kr < 0 || kr >= K) continue;
+      for (int r = 0; r < kRows; ++r) {
+        acc_t vals[kCols];
+        load_blocked_row<T, acc_t, K, S, kQuads>(src, iy0 + r, x0, ix0, g, col_ok, vals);
 #pragma unroll
-        for (int v = 0; v < V; ++v) {
+        for (int i = 0; i < R; ++i) {
+          const int kr = r - i * S;  // the tap row that input row r is for output row i
+          if (kr < 0 || kr >= K) continue;
 #pragma unroll
-          for (int kc = 0; kc < K; ++kc) acc[i][v] += taps[kr][kc] * vals[v * S + kc];
+          for (int v = 0; v < V; ++v) {
+#pragma unroll
+            for (int kc = 0; kc < K; ++kc) acc[i][v] += taps[kr][kc] * vals[v * S + kc];
+          }
         }
       }
     }
@@ -170,12 +213,12 @@ void launch_blocked(const T* in, const T* weight, const T* bias, T* out,
 }
 
 // Whether the blocked kernel takes k x k taps at stride s on both axes and
-// dilation 1, for data of `element_size` bytes. With 7 taps it keeps 49
-// weights in registers, which pays for 16-bit data but not for 32-bit data,
-// where the tiled engine is faster.
+// dilation 1, for data of `element_size` bytes. 7 taps of 16-bit data keep all
+// 49 weights in registers; of float32, one tap row at a time
+// (kBlockedTapRowsOuter); float64 with 7 taps takes the tiled engine.
 inline bool blocked_takes(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
                           int64_t element_size) {
-  const bool taps_ok = kh == 3 || kh == 5 || (kh == 7 && element_size < 4);
+  const bool taps_ok = kh == 3 || kh == 5 || (kh == 7 && element_size <= 4);
   return taps_ok && kh == kw && sh == sw && (sh == 1 || sh == 2) && dh == 1 && dw == 1;
 }
 
