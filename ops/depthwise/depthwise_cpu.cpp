@@ -1,6 +1,8 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <type_traits>
@@ -11,6 +13,36 @@
 
 namespace customconv {
 namespace {
+
+// Runs f(b, e) over subranges [b, e) covering [0, n), spread over ATen's
+// intra-op threads like ATen's own CPU ops. at::parallel_for cannot do this
+// here: with PyTorch's OpenMP backend its threading lives in a header and
+// only takes effect in code compiled with -fopenmp (without it, it calls
+// f(0, n) on the calling thread). TensorIterator::for_each is compiled into
+// ATen, so it is used to split the range: it iterates over n bytes (never
+// read or written) and hands each thread a contiguous run of them; a byte's
+// offset is its index. Ranges below 2 * grain, one thread, or a call from
+// inside a parallel region run inline.
+template <class F>
+void parallel_range(int64_t n, int64_t grain, const F& f) {
+  if (n <= 0) return;
+  if (n < 2 * grain || at::get_num_threads() < 2 || at::in_parallel_region()) return f(0, n);
+  const at::Tensor marks = at::empty({n}, at::TensorOptions().dtype(at::kByte));
+  at::TensorIterator iter = at::TensorIteratorConfig()
+                                .add_output(marks)
+                                .resize_outputs(false)
+                                .check_all_same_dtype(false)
+                                .build();
+  const char* base = static_cast<const char*>(marks.const_data_ptr());
+  iter.for_each(
+      [&](char** data, const int64_t* strides, int64_t size0, int64_t size1) {
+        for (int64_t o = 0; o < size1; ++o) {
+          const int64_t b = data[0] + o * strides[1] - base;
+          f(b, b + size0);
+        }
+      },
+      grain);
+}
 
 // Geometry of one call in plain integers.
 struct Dims {
@@ -304,6 +336,284 @@ void weight_grad_plane_f32(const float* go, const float* plane, int64_t h, int64
   }
 }
 
+// ------------------------------------------------------------------ float32 forward
+//
+// The forward copies each input plane once into a zero-padded scratch plane and
+// then computes blocks of R output rows x NV vectors of W lanes (W = 16 in the
+// x86-64-v4 build, 8 otherwise) with R * NV independent accumulators: each tap
+// is broadcast once per block and feeds R * NV FMAs whose other operand is a
+// load straight from the scratch. The taps are read in a runtime loop (never
+// hoisted into registers), so any kernel size, stride and dilation along the
+// rows runs the same code. Strided rows are stored deinterleaved (see
+// FwdLayout), so the inputs one output vector reads for one tap are always
+// consecutive floats.
+
+// 16 floats as one value: one AVX-512 register in the x86-64-v4 build.
+typedef float Float16 __attribute__((vector_size(64)));
+
+template <class V>
+constexpr int kLanes = static_cast<int>(sizeof(V) / sizeof(float));
+
+template <class V>
+__attribute__((always_inline)) inline V loadv(const float* p) {
+  V v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+__attribute__((always_inline)) inline void storev(float* p, V v) {
+  __builtin_memcpy(p, &v, sizeof v);
+}
+// The even- and odd-indexed floats of the 2W at p.
+template <class V>
+__attribute__((always_inline)) inline void load_deinterleaved(const float* p, V& even, V& odd) {
+  const V a = loadv<V>(p), b = loadv<V>(p + kLanes<V>);
+  if constexpr (kLanes<V> == 16) {
+    typedef int Int16 __attribute__((vector_size(64)));
+    even = __builtin_shuffle(a, b, Int16{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30});
+    odd = __builtin_shuffle(a, b, Int16{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31});
+  } else {
+    typedef int Int8 __attribute__((vector_size(32)));
+    even = __builtin_shuffle(a, b, Int8{0, 2, 4, 6, 8, 10, 12, 14});
+    odd = __builtin_shuffle(a, b, Int8{1, 3, 5, 7, 9, 11, 13, 15});
+  }
+}
+
+// Layout of the forward's scratch copy of one input plane: padded row r holds
+// input row r - ph; its padded column c (input column c - pw) lies in phase
+// c % sw at position c / sw, each phase u_pitch floats long, so a row is
+// sw * u_pitch floats (at stride 1, one phase: the padded row itself). Output
+// column x then reads, for tap column j, phase (j * dw) % sw at position
+// x + (j * dw) / sw: consecutive outputs read consecutive floats.
+struct FwdLayout {
+  int64_t lanes;    // W
+  int64_t ovec;     // vectors per output row: ceil(ow / W)
+  int64_t u_pitch;  // floats per phase
+  int64_t pitch;    // floats per scratch row
+  int64_t rows;     // scratch rows: the padded rows any output reads
+  int64_t nv;       // vectors per block along a row
+  int64_t chunks;   // blocks per output row
+  int64_t rblk;     // output rows per block
+};
+
+FwdLayout fwd_layout(int64_t lanes, int64_t acc, const Window2d& k, int64_t h, int64_t w,
+                     int64_t oh, int64_t ow) {
+  FwdLayout L{};
+  L.lanes = lanes;
+  L.ovec = (ow + lanes - 1) / lanes;
+  const int64_t s = k.sw;
+  // Reads reach position ovec * W - 1 + (kw - 1) * dw / sw of a phase; the copy
+  // writes up to one vector past the last input it places (then zeroes it).
+  L.u_pitch = std::max(L.ovec * lanes + (k.kw - 1) * k.dw / s + 1,
+                       (k.pw + w + s - 1) / s + lanes + 1);
+  L.pitch = s * L.u_pitch;
+  L.rows = (oh - 1) * k.sh + (k.kh - 1) * k.dh + 1;
+  (void)h;
+  // Blocks along a row: at most 4 vectors; rows per block so that a block
+  // holds about `acc` accumulators (at most 8 rows), the plane's rows split
+  // into blocks of nearly equal height.
+  L.chunks = (L.ovec + 3) / 4;
+  L.nv = (L.ovec + L.chunks - 1) / L.chunks;
+  const int64_t rmax = std::clamp<int64_t>(acc / L.nv, 1, 8);
+  const int64_t nblk = (oh + rmax - 1) / rmax;
+  L.rblk = (oh + nblk - 1) / nblk;
+  return L;
+}
+
+// Places input plane `plane` (h x w) into the interior of scratch P laid out
+// by L; everything else in P is zero before and after (the copy over-writes
+// at most one vector past the interior of a row, then zeroes it again). Work:
+// one row at a time, W floats per vector (2W read and split into the two
+// phases at stride 2); rows whose vector reads would pass the plane's end,
+// and strides above 2, go element by element.
+template <class V>
+__attribute__((always_inline)) inline void fwd_copy_plane(const float* plane, int64_t h, int64_t w,
+                                                          const Window2d& k, const FwdLayout& L,
+                                                          float* P) {
+  constexpr int W = kLanes<V>;
+  const int64_t s = k.sw;
+  const int64_t r0 = k.ph, r1 = std::min(k.ph + h, L.rows);  // scratch rows holding input
+  const int64_t nvec = (w + W - 1) / W;                       // stride 1: vectors per row
+  const int64_t npair = ((w + 1) / 2 + W - 1) / W;            // stride 2: 2W-float reads
+  const int64_t ne = (w + 1) / 2, no = w / 2;                 // even / odd input columns
+  const int64_t ue = (k.pw % 2) * L.u_pitch + k.pw / 2;       // where the even ones start
+  const int64_t uo = ((k.pw + 1) % 2) * L.u_pitch + (k.pw + 1) / 2;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t iy = r - k.ph;
+    const float* src = plane + iy * w;
+    float* dst = P + r * L.pitch;
+    if (s == 1 && iy * w + nvec * W <= h * w) {
+      for (int64_t v = 0; v < nvec; ++v) storev(dst + k.pw + v * W, loadv<V>(src + v * W));
+      storev(dst + k.pw + w, V{});
+    } else if (s == 2 && iy * w + npair * 2 * W <= h * w) {
+      for (int64_t v = 0; v < npair; ++v) {
+        V even, odd;
+        load_deinterleaved(src + 2 * v * W, even, odd);
+        storev(dst + ue + v * W, even);
+        storev(dst + uo + v * W, odd);
+      }
+      storev(dst + ue + ne, V{});
+      storev(dst + uo + no, V{});
+    } else {
+      for (int64_t ix = 0; ix < w; ++ix) {
+        const int64_t c = ix + k.pw;
+        dst[(c % s) * L.u_pitch + c / s] = src[ix];
+      }
+    }
+  }
+}
+
+// One block: output rows y .. y+R-1, columns x .. x + NV*W - 1 of an output
+// plane (oh x ow) from scratch P. Vector lanes are consecutive output columns
+// of one row; the R * NV accumulators are independent, so the FMAs of a tap
+// overlap. A vector reaching past the row end is stored whole when the whole
+// row is one block and the store stays inside the plane (the extra lanes land
+// in later rows, which are stored afterwards), else lane by lane.
+template <class V, int R, int NV>
+__attribute__((always_inline)) inline void fwd_block(const float* P, const FwdLayout& L,
+                                                     const int64_t* offs, const float* taps,
+                                                     const Window2d& k, int64_t y, int64_t x,
+                                                     float bias, int64_t oh, int64_t ow,
+                                                     float* dst) {
+  constexpr int W = kLanes<V>;
+  V acc[R][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = bias - V{};
+  const int64_t rs = k.sh * L.pitch;  // scratch floats between consecutive output rows
+  const float* base = P + y * rs + x;
+  for (int64_t i = 0; i < k.kh; ++i) {
+    const float* row = base + i * k.dh * L.pitch;
+    const float* t = taps + i * k.kw;
+    for (int64_t j = 0; j < k.kw; ++j) {
+      const float* src = row + offs[j];
+      const V tv = t[j] - V{};
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[r][v] += tv * loadv<V>(src + r * rs + v * W);
+    }
+  }
+  const bool one_block = L.chunks == 1;
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* d = dst + (y + r) * ow + x;
+    const bool spill = one_block && (y + r) * ow + x + NV * W <= oh * ow;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      if (spill || x + (v + 1) * W <= ow) {
+        storev(d + v * W, acc[r][v]);
+      } else {
+        float buf[W];
+        storev(buf, acc[r][v]);
+        for (int64_t e = 0; x + v * W + e < ow; ++e) d[v * W + e] = buf[e];
+      }
+    }
+  }
+}
+
+// Output planes [p0, p1) (p = image * K + output channel) of a float32
+// forward. Work split: the caller's parallel_range hands each thread a range
+// of whole planes; within a plane, blocks of rows x vectors as above. An input
+// plane is copied once for all its consecutive output planes (channel
+// multiplier > 1).
+template <class V, int kAcc>
+__attribute__((always_inline)) inline void forward_range_f32(const float* in, const float* wt,
+                                                             const float* bias, float* out,
+                                                             const Dims& d, const Window2d& k,
+                                                             const int64_t* offs, float* P,
+                                                             int64_t p0, int64_t p1) {
+  const FwdLayout L = fwd_layout(kLanes<V>, kAcc, k, d.h, d.w, d.oh, d.ow);
+  const float* copied = nullptr;
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t oc = p % d.k(), n = p / d.k();
+    const float* plane = in + (n * d.c + oc / d.mult) * d.h * d.w;
+    if (plane != copied) fwd_copy_plane<V>(plane, d.h, d.w, k, L, P);
+    copied = plane;
+    const float* taps = wt + oc * k.kh * k.kw;
+    const float b = bias ? bias[oc] : 0.f;
+    float* dst = out + p * d.oh * d.ow;
+    for (int64_t y = 0; y < d.oh; y += L.rblk) {
+      const int64_t nr = std::min(L.rblk, d.oh - y);
+      for (int64_t c = 0; c < L.chunks; ++c) {
+        const int64_t x = c * L.nv * L.lanes;
+        const int64_t nv = std::min(L.nv, L.ovec - c * L.nv);
+        switch ((nr - 1) * 4 + nv - 1) {
+#define CUSTOMCONV_FWD_BLOCK(R, NV)                                             \
+  case (R - 1) * 4 + NV - 1:                                                    \
+    fwd_block<V, R, NV>(P, L, offs, taps, k, y, x, b, d.oh, d.ow, dst); \
+    break;
+#define CUSTOMCONV_FWD_BLOCKS(R) \
+  CUSTOMCONV_FWD_BLOCK(R, 1) CUSTOMCONV_FWD_BLOCK(R, 2) CUSTOMCONV_FWD_BLOCK(R, 3) CUSTOMCONV_FWD_BLOCK(R, 4)
+          CUSTOMCONV_FWD_BLOCKS(1) CUSTOMCONV_FWD_BLOCKS(2) CUSTOMCONV_FWD_BLOCKS(3)
+          CUSTOMCONV_FWD_BLOCKS(4) CUSTOMCONV_FWD_BLOCKS(5) CUSTOMCONV_FWD_BLOCKS(6)
+          CUSTOMCONV_FWD_BLOCKS(7) CUSTOMCONV_FWD_BLOCKS(8)
+#undef CUSTOMCONV_FWD_BLOCKS
+#undef CUSTOMCONV_FWD_BLOCK
+        }
+      }
+    }
+  }
+}
+
+// One build of forward_range_f32 per instruction set, picked at run time.
+using ForwardRangeF32 = void (*)(const float*, const float*, const float*, float*, const Dims&,
+                                 const Window2d&, const int64_t*, float*, int64_t, int64_t);
+struct ForwardF32Isa {
+  ForwardRangeF32 run;
+  int64_t lanes, acc;
+};
+
+void forward_range_f32_base(const float* in, const float* wt, const float* bias, float* out,
+                            const Dims& d, const Window2d& k, const int64_t* offs, float* P,
+                            int64_t p0, int64_t p1) {
+  forward_range_f32<Float8, 6>(in, wt, bias, out, d, k, offs, P, p0, p1);
+}
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target("arch=x86-64-v3"))) void forward_range_f32_v3(
+    const float* in, const float* wt, const float* bias, float* out, const Dims& d,
+    const Window2d& k, const int64_t* offs, float* P, int64_t p0, int64_t p1) {
+  forward_range_f32<Float8, 10>(in, wt, bias, out, d, k, offs, P, p0, p1);
+}
+__attribute__((target("arch=x86-64-v4"))) void forward_range_f32_v4(
+    const float* in, const float* wt, const float* bias, float* out, const Dims& d,
+    const Window2d& k, const int64_t* offs, float* P, int64_t p0, int64_t p1) {
+  forward_range_f32<Float16, 12>(in, wt, bias, out, d, k, offs, P, p0, p1);
+}
+#endif
+
+ForwardF32Isa forward_f32_isa() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  static const ForwardF32Isa isa = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512cd"))
+      return ForwardF32Isa{&forward_range_f32_v4, 16, 12};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("bmi2"))
+      return ForwardF32Isa{&forward_range_f32_v3, 8, 10};
+    return ForwardF32Isa{&forward_range_f32_base, 8, 6};
+  }();
+  return isa;
+#else
+  return ForwardF32Isa{&forward_range_f32_base, 8, 6};
+#endif
+}
+
+void forward_f32(const float* in, const float* wt, const float* bias, float* out, const Dims& d,
+                 const Window2d& k) {
+  const ForwardF32Isa isa = forward_f32_isa();
+  const FwdLayout L = fwd_layout(isa.lanes, isa.acc, k, d.h, d.w, d.oh, d.ow);
+  std::vector<int64_t> offs(static_cast<size_t>(k.kw));
+  for (int64_t j = 0; j < k.kw; ++j) offs[j] = (j * k.dw) % k.sw * L.u_pitch + j * k.dw / k.sw;
+  parallel_range(d.n * d.k(), grain_for(k.kh * k.kw * d.oh * d.ow), [&](int64_t b, int64_t e) {
+    std::vector<float> scratch(static_cast<size_t>(L.rows * L.pitch + L.lanes), 0.f);
+    isa.run(in, wt, bias, out, d, k, offs.data(), scratch.data(), b, e);
+  });
+}
+
 // Work split: one task per output plane (image, output channel); each output
 // row is accumulated in opmath precision tap by tap, the inner loop running
 // along the row (unit stride in the output, vectorizable).
@@ -311,22 +621,16 @@ template <typename T>
 void forward_planes(const T* in, const T* wt, const T* bias, T* out, const Dims& d,
                     const Window2d& k) {
   using acc_t = at::opmath_type<T>;
-  const bool padded = padded_copy_fits(k, d.oh, d.ow, d.h * d.w);
-  at::parallel_for(0, d.n * d.k(), grain_for(k.kh * k.kw * d.oh * d.ow), [&](int64_t b, int64_t e) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (padded_copy_fits(k, d.oh, d.ow, d.h * d.w)) return forward_f32(in, wt, bias, out, d, k);
+  }
+  parallel_range(d.n * d.k(), grain_for(k.kh * k.kw * d.oh * d.ow), [&](int64_t b, int64_t e) {
     std::vector<acc_t> acc(static_cast<size_t>(d.ow));
-    std::vector<float> scratch;
     for (int64_t p = b; p < e; ++p) {
       const int64_t oc = p % d.k(), n = p / d.k();
       const T* plane = in + (n * d.c + oc / d.mult) * d.h * d.w;
       const T* taps = wt + oc * k.kh * k.kw;
       const acc_t b0 = bias ? static_cast<acc_t>(bias[oc]) : acc_t(0);
-      if constexpr (std::is_same_v<T, float>) {
-        if (padded) {
-          correlate_plane_f32(plane, d.h, d.w, 1, 1, taps, k, d.oh, d.ow, b0, false,
-                              out + p * d.oh * d.ow, scratch);
-          continue;
-        }
-      }
       for (int64_t y = 0; y < d.oh; ++y) {
         std::fill(acc.begin(), acc.end(), b0);
         for (int64_t i = 0; i < k.kh; ++i) {
@@ -372,7 +676,7 @@ void grad_input_planes(const T* go, const T* wt, T* gi, const Dims& d, const Win
       std::vector<float> rotated(static_cast<size_t>(d.k() * taps));
       for (int64_t oc = 0; oc < d.k(); ++oc)
         for (int64_t t = 0; t < taps; ++t) rotated[oc * taps + t] = wt[oc * taps + taps - 1 - t];
-      at::parallel_for(0, d.n * d.c, grain_for(work), [&](int64_t b, int64_t e) {
+      parallel_range(d.n * d.c, grain_for(work), [&](int64_t b, int64_t e) {
         std::vector<float> scratch;
         for (int64_t p = b; p < e; ++p) {
           const int64_t c = p % d.c, n = p / d.c;
@@ -387,7 +691,7 @@ void grad_input_planes(const T* go, const T* wt, T* gi, const Dims& d, const Win
       return;
     }
   }
-  at::parallel_for(0, d.n * d.c, grain_for(work), [&](int64_t b, int64_t e) {
+  parallel_range(d.n * d.c, grain_for(work), [&](int64_t b, int64_t e) {
     std::vector<acc_t> acc(static_cast<size_t>(d.h * d.w));
     for (int64_t p = b; p < e; ++p) {
       const int64_t c = p % d.c, n = p / d.c;
@@ -430,7 +734,7 @@ void grad_weight_channels(const T* go, const T* in, T* gw, const Dims& d, const 
       // Per channel: every image adds into 16 lanes per tap, which are then
       // summed in a fixed order (deterministic).
       const int64_t taps = k.kh * k.kw;
-      at::parallel_for(0, d.k(), grain_for(work), [&](int64_t b, int64_t e) {
+      parallel_range(d.k(), grain_for(work), [&](int64_t b, int64_t e) {
         std::vector<float> lanes(static_cast<size_t>(taps * 16)), pad_in, pad_go;
         for (int64_t oc = b; oc < e; ++oc) {
           const int64_t c = oc / d.mult;
@@ -450,7 +754,7 @@ void grad_weight_channels(const T* go, const T* in, T* gw, const Dims& d, const 
       return;
     }
   }
-  at::parallel_for(0, d.k(), grain_for(work), [&](int64_t b, int64_t e) {
+  parallel_range(d.k(), grain_for(work), [&](int64_t b, int64_t e) {
     for (int64_t oc = b; oc < e; ++oc) {
       const int64_t c = oc / d.mult;
       for (int64_t i = 0; i < k.kh; ++i) {
