@@ -71,6 +71,16 @@ __device__ inline void fill_index_tables(int* rows, int* cols, int n_rows, int n
 // row-groups of a warp (8 threads x 4 columns each) fall on distinct banks.
 __host__ __device__ inline int pitch_for(int cols) { return cols + ((1 - cols) & 3); }
 
+// Row pitch of the fixed-stride paths (stride s = 1 or 2), which read a
+// thread's inputs as aligned 4-element vectors (see load_span): a multiple of
+// 4 with room for the vectors of the last taps (they reach s + 3 columns past
+// `cols`), and 4 (mod 8) so that the two row-groups in one 8-lane phase of a
+// narrow tile (4 threads across) fall on different banks.
+__host__ __device__ inline int vector_pitch_for(int cols, int s) {
+  const int p = (cols + s + 3 + 3) & ~3;
+  return p % 8 == 4 ? p : p + 4;
+}
+
 struct Geometry {
   int tx, ty, tz;  // block threads: along x (4 outputs each), along y (kRows each), planes
   int rows, cols, pitch, kwp;
@@ -83,8 +93,9 @@ inline int pow2_at_least(int64_t v, int cap) {
   return p;
 }
 
+// stride: 1 or 2 for the fixed-stride paths (vector rows), 0 otherwise.
 template <typename Acc>
-inline bool plan(const PlaneCorrelation& g, int k_rows, Geometry& geo) {
+inline bool plan(const PlaneCorrelation& g, int k_rows, int stride, Geometry& geo) {
   geo.tx = pow2_at_least((g.out_w + 3) / 4, 8);
   geo.ty = pow2_at_least((g.out_h + k_rows - 1) / k_rows, kThreads / geo.tx);
   geo.tz = kThreads / (geo.tx * geo.ty);
@@ -92,7 +103,7 @@ inline bool plan(const PlaneCorrelation& g, int k_rows, Geometry& geo) {
   for (;;) {
     geo.rows = (geo.ty * k_rows - 1) * g.sh + (g.kh - 1) * g.dh + 1;
     geo.cols = (geo.tx * 4 - 1) * g.sw + (g.kw - 1) * g.dw + 1;
-    geo.pitch = pitch_for(geo.cols);
+    geo.pitch = stride > 0 ? vector_pitch_for(geo.cols, stride) : pitch_for(geo.cols);
     geo.shared_bytes =
         int64_t(geo.tz) * (int64_t(g.kh) * geo.kwp + int64_t(geo.rows) * geo.pitch) * sizeof(Acc) +
         int64_t(geo.rows + geo.pitch) * sizeof(int);
@@ -196,6 +207,68 @@ __device__ inline void load4(const Acc* p, Acc& a, Acc& b, Acc& c, Acc& d) {
   }
 }
 
+// b[q] = p[q] for q < N. float32 is read as ceil(N/4) aligned float4 (p must
+// be 16-byte aligned, and p[0 .. 4*ceil(N/4)) inside the tile): a warp's
+// scalar loads of 4-column blocks hit each bank four times (eight at stride
+// 2), its vector loads once (twice).
+template <int N, typename Acc>
+__device__ inline void load_span(const Acc* p, Acc (&b)[N]) {
+  if constexpr (std::is_same<Acc, float>::value) {
+#pragma unroll
+    for (int q = 0; q < N; q += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(p + q);
+      b[q] = v.x;
+      if (q + 1 < N) b[q + 1] = v.y;
+      if (q + 2 < N) b[q + 2] = v.z;
+      if (q + 3 < N) b[q + 3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < N; ++q) b[q] = p[q];
+  }
+}
+
+// Adds kTaps (1 to 4) consecutive taps of every tap row that input row `ir`
+// of the thread's patch meets: srow points at the row's first input under
+// the first tap, taps at that tap's column of tap row 0. kAllRows: every one
+// of the kRows output rows meets the row (no tests).
+template <int kTaps, int kRows, int kS, bool kAllRows, typename Acc>
+__device__ __forceinline__ void add_taps(Acc (&acc)[kRows][4], const Acc* srow, const Acc* taps,
+                                         int kwp, int ir, int kh) {
+  Acc b[3 * kS + 4];  // the inputs under 4 taps of 4 outputs
+  load_span(srow, b);
+#pragma unroll
+  for (int rr = 0; rr < kRows; ++rr) {
+    const int i = ir - rr * kS;
+    if (!kAllRows && (i < 0 || i >= kh)) continue;
+    Acc w[4];
+    load4(taps + i * kwp, w[0], w[1], w[2], w[3]);
+#pragma unroll
+    for (int t = 0; t < kTaps; ++t) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[rr][r] += w[t] * b[r * kS + t];
+    }
+  }
+}
+
+// Adds all taps of input row `ir`: quads of taps, then the last 1 to 3 (their
+// own code, so that no padded zero tap meets an input beside the window,
+// which may be Inf).
+template <int kRows, int kS, bool kAllRows, typename Acc>
+__device__ __forceinline__ void add_row(Acc (&acc)[kRows][4], const Acc* srow, const Acc* taps,
+                                        int kwp, int ir, int kh, int kw) {
+  int jc = 0;
+#pragma unroll
+  for (; jc + 4 <= kw; jc += 4)
+    add_taps<4, kRows, kS, kAllRows>(acc, srow + jc, taps + jc, kwp, ir, kh);
+  switch (kw - jc) {
+    case 1: add_taps<1, kRows, kS, kAllRows>(acc, srow + jc, taps + jc, kwp, ir, kh); break;
+    case 2: add_taps<2, kRows, kS, kAllRows>(acc, srow + jc, taps + jc, kwp, ir, kh); break;
+    case 3: add_taps<3, kRows, kS, kAllRows>(acc, srow + jc, taps + jc, kwp, ir, kh); break;
+    default: break;
+  }
+}
+
 // Block of tx*ty*tz threads (one dimension; thread t is (t % tx, t / tx % ty,
 // t / (tx*ty))): grid x walks the output tiles of (tx*4) x (ty*kRows)
 // samples, grid y (striding) walks groups of tz output planes. The block stages
@@ -279,44 +352,15 @@ __global__ void __launch_bounds__(kThreads)
 
       if constexpr (kS > 0) {
         const int kh = kK > 0 ? kK : g.kh, kw = kK > 0 ? kK : g.kw;
-        constexpr int kSpan = 3 * kS + 4;  // inputs under 4 taps of 4 outputs
+        // Input row ir of the patch meets tap row ir - rr*kS of output row
+        // rr; rows that meet all kRows output rows run without tests.
 #pragma unroll
         for (int ir = 0; ir < (kRows - 1) * kS + kh; ++ir) {
           const acc_t* srow = my_tile + (tyr * kS + ir) * pitch + tx4 * kS;
-          int jc = 0;
-#pragma unroll
-          for (; jc + 4 <= kw; jc += 4) {
-            acc_t b[kSpan];
-#pragma unroll
-            for (int q = 0; q < kSpan; ++q) b[q] = srow[jc + q];
-#pragma unroll
-            for (int rr = 0; rr < kRows; ++rr) {
-              const int i = ir - rr * kS;
-              if (i < 0 || i >= kh) continue;
-              acc_t w0, w1, w2, w3;
-              load4(my_taps + i * kwp + jc, w0, w1, w2, w3);
-#pragma unroll
-              for (int r = 0; r < 4; ++r) {
-                acc[rr][r] += w0 * b[r * kS];
-                acc[rr][r] += w1 * b[r * kS + 1];
-                acc[rr][r] += w2 * b[r * kS + 2];
-                acc[rr][r] += w3 * b[r * kS + 3];
-              }
-            }
-          }
-#pragma unroll
-          for (; jc < kw; ++jc) {
-            acc_t b[4];
-#pragma unroll
-            for (int r = 0; r < 4; ++r) b[r] = srow[jc + r * kS];
-#pragma unroll
-            for (int rr = 0; rr < kRows; ++rr) {
-              const int i = ir - rr * kS;
-              if (i < 0 || i >= kh) continue;
-              const acc_t w = my_taps[i * kwp + jc];
-#pragma unroll
-              for (int r = 0; r < 4; ++r) acc[rr][r] += w * b[r];
-            }
+          if (ir >= (kRows - 1) * kS && ir < kh) {
+            add_row<kRows, kS, true>(acc, srow, my_taps, kwp, ir, kh, kw);
+          } else {
+            add_row<kRows, kS, false>(acc, srow, my_taps, kwp, ir, kh, kw);
           }
         }
       } else {
@@ -398,7 +442,7 @@ bool launch_plane_correlation(const T* in, const T* weight, const T* bias, T* ou
   constexpr bool kFixed = kSpecialize && !std::is_same<T, double>::value;
   const int k_rows = stride == 1 ? 4 : stride == 2 ? 2 : 1;
   Geometry geo{};
-  if (!plan<acc_t>(g, k_rows, geo)) return false;
+  if (!plan<acc_t>(g, k_rows, stride, geo)) return false;
   const int64_t tiles_x = (g.out_w + geo.tx * 4 - 1) / (geo.tx * 4);
   const int64_t tiles_y = (g.out_h + geo.ty * k_rows - 1) / (geo.ty * k_rows);
   if (tiles_x * tiles_y >= (int64_t{1} << 31)) return false;
