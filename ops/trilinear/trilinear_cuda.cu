@@ -139,6 +139,178 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The staged kernels below take 16-bit data whose F is not a multiple of 8
+// (rows that do not start on 16-byte boundaries, so the kernels above fall
+// back to one 2-byte access per thread). They work on groups of kGroup points:
+// a group's feats (kGroup x 8 x F elements) and its output or grad-output rows
+// (kGroup x F) are contiguous and, kGroup being a multiple of 8, start on
+// 16-byte boundaries for any F, so the group moves between global and shared
+// memory as 16-byte vectors, and the arithmetic reads shared memory one
+// element at a time.
+constexpr int kGroup = 8;
+static_assert(kGroup * kWarp == kThreads, "the backward gives each point of a group one warp");
+constexpr int64_t kStagedBytes = 40 * 1024;  // dynamic shared memory of a block, at most
+
+// Bytes of dynamic shared memory a staged kernel needs for rows of f features:
+// the group's feats and its kGroup rows of (grad) outputs.
+inline int64_t staged_bytes(int64_t f, int64_t elem_size) { return kGroup * 9 * f * elem_size; }
+
+// dst[0, count) = src[0, count), 16-byte vectors then a scalar tail; src and
+// dst 16-byte aligned. The block's threads stride over the elements.
+template <typename T>
+__device__ inline void copy_group(T* __restrict__ dst, const T* __restrict__ src, int count) {
+  constexpr int kVec = 16 / sizeof(T);
+  const int vecs = count / kVec;
+  for (int i = threadIdx.x; i < vecs; i += kThreads)
+    reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+  for (int i = vecs * kVec + threadIdx.x; i < count; i += kThreads) dst[i] = src[i];
+}
+
+// Blocks stride over groups of kGroup points. A block stages the group's
+// feats, then thread t computes features t, t + 256, ... of each point of the
+// group into a shared output tile (consecutive threads on consecutive
+// features: no bank conflicts), which goes out as 16-byte vectors.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    forward_staged_kernel(const T* __restrict__ feats, const T* __restrict__ points,
+                          T* __restrict__ out, int64_t n, int f) {
+  using acc_t = at::opmath_type<T>;
+  extern __shared__ uint4 staged_raw[];
+  T* tile = reinterpret_cast<T*>(staged_raw);  // kGroup x 8 x f feats
+  T* out_tile = tile + kGroup * 8 * f;          // kGroup x f outputs
+  __shared__ acc_t weights[kGroup][8];
+  for (int64_t p0 = int64_t(blockIdx.x) * kGroup; p0 < n; p0 += int64_t(gridDim.x) * kGroup) {
+    const int g = static_cast<int>(std::min<int64_t>(kGroup, n - p0));
+    __syncthreads();  // the previous group's tiles are no longer read
+    copy_group(tile, feats + p0 * 8 * f, g * 8 * f);
+    if (threadIdx.x < g) {
+      const T* pt = points + 3 * (p0 + threadIdx.x);
+      const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
+#pragma unroll
+      for (int c = 0; c < 8; ++c) weights[threadIdx.x][c] = cw.weight[c];
+    }
+    __syncthreads();
+    for (int q = 0; q < g; ++q) {
+      for (int x = threadIdx.x; x < f; x += kThreads) {
+        acc_t acc = 0;
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+          acc += weights[q][c] * static_cast<acc_t>(tile[(q * 8 + c) * f + x]);
+        out_tile[q * f + x] = static_cast<T>(acc);
+      }
+    }
+    __syncthreads();
+    copy_group(out + p0 * f, out_tile, g * f);
+  }
+}
+
+// Blocks stride over groups of kGroup points. A block stages the group's feats
+// and grad-output rows; thread t then writes the group's grad_feats as
+// 16-byte vectors t, t + 256, ... (each 8 consecutive elements of the
+// contiguous kGroup x 8 x F block, possibly across a row end), and warp w
+// reduces point w's three derivatives, its lanes striding along F, in a fixed
+// order (deterministic).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    backward_staged_kernel(const T* __restrict__ go, const T* __restrict__ feats,
+                           const T* __restrict__ points, T* __restrict__ grad_feats,
+                           T* __restrict__ grad_points, int64_t n, int f) {
+  using acc_t = at::opmath_type<T>;
+  constexpr int kVec = 16 / sizeof(T);
+  extern __shared__ uint4 staged_raw[];
+  T* tile = reinterpret_cast<T*>(staged_raw);  // kGroup x 8 x f feats
+  T* go_tile = tile + kGroup * 8 * f;           // kGroup x f grad outputs
+  __shared__ acc_t weights[kGroup][8];
+  __shared__ acc_t d_point[kGroup][3][8];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  for (int64_t p0 = int64_t(blockIdx.x) * kGroup; p0 < n; p0 += int64_t(gridDim.x) * kGroup) {
+    const int g = static_cast<int>(std::min<int64_t>(kGroup, n - p0));
+    __syncthreads();  // the previous group's tiles are no longer read
+    copy_group(tile, feats + p0 * 8 * f, g * 8 * f);
+    copy_group(go_tile, go + p0 * f, g * f);
+    if (threadIdx.x < g) {
+      const T* pt = points + 3 * (p0 + threadIdx.x);
+      const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        weights[threadIdx.x][c] = cw.weight[c];
+#pragma unroll
+        for (int a = 0; a < 3; ++a) d_point[threadIdx.x][a][c] = cw.d_point[a][c];
+      }
+    }
+    __syncthreads();
+    // grad_feats[p, c, x] = weight[p][c] * go[p, x]; row r = 8p + c of the group.
+    T* gf = grad_feats + p0 * 8 * f;
+    for (int v = threadIdx.x; v < g * f; v += kThreads) {  // g*8*f elements, g*f vectors
+      int e = v * kVec;
+      int r = e / f, x = e - r * f;
+      Pack<T, kVec> o;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        o.v[k] = static_cast<T>(weights[r / 8][r % 8] * static_cast<acc_t>(go_tile[(r / 8) * f + x]));
+        if (++x == f) x = 0, ++r;
+      }
+      reinterpret_cast<Pack<T, kVec>*>(gf)[v] = o;
+    }
+    if (warp < g) {
+      acc_t d[3] = {0, 0, 0};
+      for (int x = lane; x < f; x += kWarp) {
+        const acc_t gx = static_cast<acc_t>(go_tile[warp * f + x]);
+        acc_t blend[3] = {0, 0, 0};
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          const acc_t fv = static_cast<acc_t>(tile[(warp * 8 + c) * f + x]);
+#pragma unroll
+          for (int a = 0; a < 3; ++a) blend[a] += d_point[warp][a][c] * fv;
+        }
+#pragma unroll
+        for (int a = 0; a < 3; ++a) d[a] += gx * blend[a];
+      }
+#pragma unroll
+      for (int a = 0; a < 3; ++a) {
+        for (int step = kWarp / 2; step > 0; step >>= 1)
+          d[a] += __shfl_down_sync(0xffffffffu, d[a], step);
+      }
+      if (lane == 0) {
+#pragma unroll
+        for (int a = 0; a < 3; ++a) grad_points[3 * (p0 + warp) + a] = static_cast<T>(d[a]);
+      }
+    }
+  }
+}
+
+// Whether the staged kernels take rows of f features of elem_size bytes with
+// these pointers: 16-bit data, F not a multiple of 8 (else the packed kernels
+// do), the group in shared memory, 16-byte aligned pointers.
+bool staged_takes(int64_t f, int64_t elem_size, std::initializer_list<const void*> ptrs) {
+  if (elem_size != 2 || f % 8 == 0 || staged_bytes(f, elem_size) > kStagedBytes) return false;
+  for (const void* q : ptrs)
+    if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
+  return true;
+}
+
+// The staged kernels' launches, compiled for 16-bit types only (staged_takes
+// is false for the others).
+template <typename T>
+void launch_staged_forward(const T* feats, const T* points, T* out, int64_t n, int64_t f,
+                           cudaStream_t stream) {
+  if constexpr (sizeof(T) == 2) {
+    forward_staged_kernel<T><<<blocks_for(n, kGroup), kThreads, staged_bytes(f, 2), stream>>>(
+        feats, points, out, n, static_cast<int>(f));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
+template <typename T>
+void launch_staged_backward(const T* go, const T* feats, const T* points, T* grad_feats,
+                            T* grad_points, int64_t n, int64_t f, cudaStream_t stream) {
+  if constexpr (sizeof(T) == 2) {
+    backward_staged_kernel<T><<<blocks_for(n, kGroup), kThreads, staged_bytes(f, 2), stream>>>(
+        go, feats, points, grad_feats, grad_points, n, static_cast<int>(f));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
 // Features per access: 16 bytes' worth when F and every pointer allow it.
 int pack_for(int64_t f, int64_t elem_size, std::initializer_list<const void*> ptrs) {
   const int64_t v = 16 / elem_size;
@@ -166,6 +338,9 @@ void forward_cuda(const at::Tensor& feats, const at::Tensor& points, const at::T
         constexpr int kPack = 16 / sizeof(scalar_t) > 1 ? 16 / sizeof(scalar_t) : 1;
         if (pack_for(f, sizeof(scalar_t), {fp, op}) == kPack) {
           launch(std::integral_constant<int, kPack>{});
+        } else if (staged_takes(f, sizeof(scalar_t), {fp, op})) {
+          launch_staged_forward(fp, points.const_data_ptr<scalar_t>(), op, feats.size(0), f,
+                                stream);
         } else {
           launch(std::integral_constant<int, 1>{});
         }
@@ -184,8 +359,11 @@ void backward_cuda(const at::Tensor& grad_out, const at::Tensor& feats, const at
         scalar_t* gfp = grad_feats.data_ptr<scalar_t>();
         auto launch = [&](auto v) {
           constexpr int V = decltype(v)::value;
-          // Threads per point: about four packs each, at most a block.
+          // Threads per point: one pack each up to a warp (a warp's accesses
+          // then cover whole rows), and for longer rows about four packs
+          // each, at most a block.
           int team = 1;
+          while (team < kWarp && team * V < f) team *= 2;
           while (team < kThreads && team * V * 4 < f) team *= 2;
           const int64_t blocks = blocks_for(n, kThreads / team);
           backward_kernel<scalar_t, V>
@@ -196,6 +374,9 @@ void backward_cuda(const at::Tensor& grad_out, const at::Tensor& feats, const at
         constexpr int kPack = 16 / sizeof(scalar_t) > 1 ? 16 / sizeof(scalar_t) : 1;
         if (pack_for(f, sizeof(scalar_t), {gp, fp, gfp}) == kPack) {
           launch(std::integral_constant<int, kPack>{});
+        } else if (staged_takes(f, sizeof(scalar_t), {gp, fp, gfp})) {
+          launch_staged_backward(gp, fp, points.const_data_ptr<scalar_t>(), gfp,
+                                 grad_points.data_ptr<scalar_t>(), n, f, stream);
         } else {
           launch(std::integral_constant<int, 1>{});
         }

@@ -101,12 +101,15 @@ def test_trilinear_matches_formula_on_edge_cases(device, dtype, case, rng, gen, 
     run_trilinear_case(cfg, device, dtype, gen, ctx)
 
 
-@pytest.mark.parametrize("features", [1, 3, 5, 7, 33, 1023])
+# 255, 284 and 285: 16-bit rows of odd length on the CUDA kernels that stage
+# groups of points in shared memory (up to 284 features), and just past them.
+@pytest.mark.parametrize("layout", ["contiguous", "offset"])
+@pytest.mark.parametrize("features", [1, 3, 5, 7, 33, 255, 284, 285, 1023])
 @pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
 def test_trilinear_matches_formula_for_feature_counts_that_break_vector_alignment(
-        device, dtype, features, rng, gen, seed):
-    # Misaligned rows and a misaligned start (offset) as well as plain contiguous.
-    layout = rng.choice(["contiguous", "offset"])
+        device, dtype, features, layout, rng, gen, seed):
+    # Misaligned rows, and a misaligned start (offset) as well as plain
+    # contiguous; the point count is not a multiple of 8.
     cfg = random_trilinear_config(rng, n=max(3, 4096 // features) + 1, features=features,
                                   feats_layout=layout, grad_layout=layout, points="outside")
     ctx = f"seed={seed} {device} {dtype} {cfg}"
