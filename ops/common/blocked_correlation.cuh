@@ -26,41 +26,40 @@ struct BlockedCorrelation {
 };
 
 constexpr int kBlockedThreads = 256;
-constexpr int kBlockedCols = 4;  // outputs per thread along x
 
-// Four consecutive elements, aligned as one vector load or store (8 bytes for
-// 16-bit data, 16 for float32).
-template <typename T>
-struct alignas(4 * sizeof(T)) Quad {
-  T v[4];
+// V consecutive elements, aligned as one vector load or store (4 elements: 8
+// bytes of 16-bit data, 16 of float32; 8 elements of 16-bit data: 16 bytes).
+template <typename T, int V>
+struct alignas(V * sizeof(T)) Vec {
+  T v[V];
 };
 
-// The kCols = 3*S+K input values of row iy (of a plane at src) that a thread
-// whose four output columns start at x0 (input column ix0) needs, zero outside
-// the plane, as acc_t; see the kernel below for kQuads.
-template <typename T, typename acc_t, int K, int S, bool kQuads>
+// The kCols = (V-1)*S+K input values of row iy (of a plane at src) that a
+// thread whose V output columns start at x0 (input column ix0) needs, zero
+// outside the plane, as acc_t; see the kernel below for kQuads.
+template <typename T, typename acc_t, int K, int S, int V, bool kQuads>
 __device__ __forceinline__ void load_blocked_row(const T* __restrict__ src, int iy, int x0, int ix0,
                                                  const BlockedCorrelation& g,
-                                                 const bool (&col_ok)[(kBlockedCols - 1) * S + K],
-                                                 acc_t (&vals)[(kBlockedCols - 1) * S + K]) {
-  constexpr int kCols = (kBlockedCols - 1) * S + K;
+                                                 const bool (&col_ok)[(V - 1) * S + K],
+                                                 acc_t (&vals)[(V - 1) * S + K]) {
+  constexpr int kCols = (V - 1) * S + K;
   const bool row_ok = iy >= 0 && iy < g.h;
   if constexpr (kQuads) {
-    static_assert(S == 1 && K <= 9, "the three quads cover (K-1)/2 columns on either side");
-    constexpr int kFirst = 4 - (K - 1) / 2;  // position of column ix0 in the quads
-    T quads[12];
+    static_assert(S == 1 && (K - 1) / 2 <= V, "the three vectors cover (K-1)/2 columns either side");
+    constexpr int kFirst = V - (K - 1) / 2;  // position of column ix0 in the vectors
+    T quads[3 * V];
 #pragma unroll
     for (int q = 0; q < 3; ++q) {
-      const int xq = x0 - 4 + 4 * q;
-      Quad<T> v;
+      const int xq = x0 - V + V * q;
+      Vec<T, V> v;
       if (row_ok && xq >= 0 && xq < g.w) {
-        v = *reinterpret_cast<const Quad<T>*>(src + iy * g.w + xq);
+        v = *reinterpret_cast<const Vec<T, V>*>(src + iy * g.w + xq);
       } else {
 #pragma unroll
-        for (int l = 0; l < 4; ++l) v.v[l] = T(0);
+        for (int l = 0; l < V; ++l) v.v[l] = T(0);
       }
 #pragma unroll
-      for (int l = 0; l < 4; ++l) quads[4 * q + l] = v.v[l];
+      for (int l = 0; l < V; ++l) quads[V * q + l] = v.v[l];
     }
 #pragma unroll
     for (int c = 0; c < kCols; ++c) vals[c] = static_cast<acc_t>(quads[kFirst + c]);
@@ -78,24 +77,24 @@ __device__ __forceinline__ void load_blocked_row(const T* __restrict__ src, int 
 template <typename T, int K>
 constexpr bool kBlockedTapRowsOuter = K == 7 && sizeof(T) == 4;
 
-// One thread per block of R rows x 4 columns of one output plane; threads are
-// numbered column block first, then row block, then plane, so neighbours share
-// input rows. Each thread loads the (R-1)*S+K input rows it needs, one row of
-// (4-1)*S+K values at a time, and adds it into every output row that uses it.
-// kQuads (stride 1, "same" padding (K-1)/2, widths and pointers aligned to 4
-// elements): a row's values are the three aligned quads around the thread's
-// four columns, read as three vector loads (each quad lies wholly inside or
-// wholly outside the row), and the four outputs are one vector store.
+// One thread per block of R rows x V columns (4, or 8 for 16-bit data on the
+// vector path) of one output plane; threads are numbered column block first,
+// then row block, then plane, so neighbours share input rows. Each thread
+// loads the (R-1)*S+K input rows it needs, one row of (V-1)*S+K values at a
+// time, and adds it into every output row that uses it.
+// kQuads (stride 1, "same" padding (K-1)/2, widths and pointers aligned to V
+// elements): a row's values are the three aligned V-element vectors around the
+// thread's V columns, read as three vector loads (each lies wholly inside or
+// wholly outside the row), and the V outputs are one vector store.
 // kBlockedTapRowsOuter: the thread walks the K tap rows, holding one row of
 // taps, and loads for each of its R output rows the input row that tap row
 // meets (R*K row loads instead of (R-1)*S+K, and K registers of taps, not K*K).
-template <typename T, int K, int S, int R, bool kQuads>
+template <typename T, int K, int S, int R, int V, bool kQuads>
 __global__ void __launch_bounds__(kBlockedThreads, 2)
     blocked_correlation_kernel(const T* __restrict__ in, const T* __restrict__ weight,
                                const T* __restrict__ bias, T* __restrict__ out,
                                BlockedCorrelation g, int col_blocks, int row_blocks, int total) {
   using acc_t = at::opmath_type<T>;
-  constexpr int V = kBlockedCols;
   constexpr int kRows = (R - 1) * S + K;
   constexpr int kCols = (V - 1) * S + K;
   const int idx = blockIdx.x * kBlockedThreads + threadIdx.x;
@@ -134,8 +133,8 @@ __global__ void __launch_bounds__(kBlockedThreads, 2)
 #pragma unroll
         for (int i = 0; i < R; ++i) {
           acc_t vals[kCols];
-          load_blocked_row<T, acc_t, K, S, kQuads>(src, iy0 + i * S + kr, x0, ix0, g, col_ok,
-                                                   vals);
+          load_blocked_row<T, acc_t, K, S, V, kQuads>(src, iy0 + i * S + kr, x0, ix0, g,
+                                                      col_ok, vals);
 #pragma unroll
           for (int v = 0; v < V; ++v) {
 #pragma unroll
@@ -156,7 +155,7 @@ __global__ void __launch_bounds__(kBlockedThreads, 2)
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         acc_t vals[kCols];
-        load_blocked_row<T, acc_t, K, S, kQuads>(src, iy0 + r, x0, ix0, g, col_ok, vals);
+        load_blocked_row<T, acc_t, K, S, V, kQuads>(src, iy0 + r, x0, ix0, g, col_ok, vals);
 #pragma unroll
         for (int i = 0; i < R; ++i) {
           const int kr = r - i * S;  // the tap row that input row r is for output row i
@@ -177,10 +176,10 @@ __global__ void __launch_bounds__(kBlockedThreads, 2)
     const int y = y0 + i;
     if (y >= g.oh) break;
     if constexpr (kQuads) {
-      Quad<T> o;
+      Vec<T, V> o;
 #pragma unroll
       for (int v = 0; v < V; ++v) o.v[v] = static_cast<T>(acc[i][v] + b);
-      *reinterpret_cast<Quad<T>*>(dst + y * g.ow + x0) = o;
+      *reinterpret_cast<Vec<T, V>*>(dst + y * g.ow + x0) = o;
     } else {
 #pragma unroll
       for (int v = 0; v < V; ++v) {
@@ -190,26 +189,45 @@ __global__ void __launch_bounds__(kBlockedThreads, 2)
   }
 }
 
+// Columns per thread of the vector path: 8 for 16-bit data (16-byte vectors)
+// with 3 or 5 taps, 4 otherwise.
+template <typename T, int K>
+constexpr int kBlockedVectorCols = sizeof(T) == 2 && K <= 5 ? 8 : 4;
+
+template <typename T, int K, int S, int R, int V, bool kQuads>
+void launch_blocked_variant(const T* in, const T* weight, const T* bias, T* out,
+                            const BlockedCorrelation& g, cudaStream_t stream) {
+  const int col_blocks = (g.ow + V - 1) / V;
+  const int row_blocks = (g.oh + R - 1) / R;
+  const int64_t total = int64_t(g.planes) * row_blocks * col_blocks;
+  const int64_t blocks = (total + kBlockedThreads - 1) / kBlockedThreads;
+  blocked_correlation_kernel<T, K, S, R, V, kQuads><<<blocks, kBlockedThreads, 0, stream>>>(
+      in, weight, bias, out, g, col_blocks, row_blocks, static_cast<int>(total));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 template <typename T, int K, int S>
 void launch_blocked(const T* in, const T* weight, const T* bias, T* out,
                     const BlockedCorrelation& g, cudaStream_t stream) {
   constexpr int R = S == 1 ? 4 : 2;
-  const int col_blocks = (g.ow + kBlockedCols - 1) / kBlockedCols;
-  const int row_blocks = (g.oh + R - 1) / R;
-  const int64_t total = int64_t(g.planes) * row_blocks * col_blocks;
-  const int64_t blocks = (total + kBlockedThreads - 1) / kBlockedThreads;
-  const auto aligned = [](const void* p) {
-    return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(T)) == 0;
+  constexpr int V = kBlockedVectorCols<T, K>;
+  const auto aligned = [](const void* p, int v) {
+    return reinterpret_cast<uintptr_t>(p) % (v * sizeof(T)) == 0;
   };
-  if (S == 1 && g.pw == (K - 1) / 2 && g.w % 4 == 0 && g.ow % 4 == 0 && aligned(in) &&
-      aligned(out)) {
-    blocked_correlation_kernel<T, K, S, R, S == 1><<<blocks, kBlockedThreads, 0, stream>>>(
-        in, weight, bias, out, g, col_blocks, row_blocks, static_cast<int>(total));
-  } else {
-    blocked_correlation_kernel<T, K, S, R, false><<<blocks, kBlockedThreads, 0, stream>>>(
-        in, weight, bias, out, g, col_blocks, row_blocks, static_cast<int>(total));
+  const auto vectors_fit = [&](int v) {
+    return g.w % v == 0 && g.ow % v == 0 && aligned(in, v) && aligned(out, v);
+  };
+  if constexpr (S == 1) {
+    if (g.pw == (K - 1) / 2) {
+      if (V != 4 && vectors_fit(V)) {
+        return launch_blocked_variant<T, K, S, R, V, true>(in, weight, bias, out, g, stream);
+      }
+      if (vectors_fit(4)) {
+        return launch_blocked_variant<T, K, S, R, 4, true>(in, weight, bias, out, g, stream);
+      }
+    }
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_blocked_variant<T, K, S, R, 4, false>(in, weight, bias, out, g, stream);
 }
 
 // Whether the blocked kernel takes k x k taps at stride s on both axes and

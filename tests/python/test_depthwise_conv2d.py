@@ -101,7 +101,13 @@ EDGE_CASES = {
     "offset_input_weight_grad": dict(input_layout="offset", weight_layout="offset",
                                      grad_layout="offset", batch=2),
     # "Same" padding on widths of a multiple of 4: the CUDA kernels' vector loads
-    # and stores (aligned quads); the offset layouts take the scalar path.
+    # and stores (aligned quads; 16-bit data with 3 or 5 taps on widths of a
+    # multiple of 8 takes 8-element vectors); the offset layouts take the
+    # scalar path.
+    "same_3x3_quads_width12": dict(kernel=(3, 3), padding=(1, 1), stride=(1, 1),
+                                   dilation=(1, 1), size=(5, 12), batch=2),
+    "same_5x5_eights": dict(kernel=(5, 5), padding=(2, 2), stride=(1, 1), dilation=(1, 1),
+                            size=(11, 24), batch=2),
     "same_3x3_quads": dict(kernel=(3, 3), padding=(1, 1), stride=(1, 1), dilation=(1, 1),
                            size=(9, 16), batch=2),
     "same_5x5_quads_multiplier2": dict(kernel=(5, 5), padding=(2, 2), stride=(1, 1),
