@@ -139,21 +139,23 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The staged kernels below take 16-bit data whose F is not a multiple of 8
-// (rows that do not start on 16-byte boundaries, so the kernels above fall
-// back to one 2-byte access per thread). They work on groups of kGroup points:
-// a group's feats (kGroup x 8 x F elements) and its output or grad-output rows
-// (kGroup x F) are contiguous and, kGroup being a multiple of 8, start on
+// The staged kernels below take rows whose F is not a multiple of 16 bytes'
+// worth of elements (rows that do not start on 16-byte boundaries, so the
+// kernels above fall back to one element per access). They work on groups of
+// kGroup<T> = 16 / sizeof(T) points: a group's feats (kGroup x 8 x F elements)
+// and its output or grad-output rows (kGroup x F) are contiguous and start on
 // 16-byte boundaries for any F, so the group moves between global and shared
 // memory as 16-byte vectors, and the arithmetic reads shared memory one
 // element at a time.
-constexpr int kGroup = 8;
-static_assert(kGroup * kWarp == kThreads, "the backward gives each point of a group one warp");
+template <typename T>
+constexpr int kGroup = 16 / sizeof(T);
+static_assert(16 / 2 * kWarp <= kThreads, "the backward gives each point of a group one warp");
 constexpr int64_t kStagedBytes = 40 * 1024;  // dynamic shared memory of a block, at most
 
 // Bytes of dynamic shared memory a staged kernel needs for rows of f features:
-// the group's feats and its kGroup rows of (grad) outputs.
-inline int64_t staged_bytes(int64_t f, int64_t elem_size) { return kGroup * 9 * f * elem_size; }
+// the group's feats and its kGroup rows of (grad) outputs (the same for every
+// element size).
+inline int64_t staged_bytes(int64_t f) { return 16 * 9 * f; }
 
 // dst[0, count) = src[0, count), 16-byte vectors then a scalar tail; src and
 // dst 16-byte aligned. The block's threads stride over the elements.
@@ -175,12 +177,13 @@ __global__ void __launch_bounds__(kThreads)
     forward_staged_kernel(const T* __restrict__ feats, const T* __restrict__ points,
                           T* __restrict__ out, int64_t n, int f) {
   using acc_t = at::opmath_type<T>;
+  constexpr int kG = kGroup<T>;
   extern __shared__ uint4 staged_raw[];
-  T* tile = reinterpret_cast<T*>(staged_raw);  // kGroup x 8 x f feats
-  T* out_tile = tile + kGroup * 8 * f;          // kGroup x f outputs
-  __shared__ acc_t weights[kGroup][8];
-  for (int64_t p0 = int64_t(blockIdx.x) * kGroup; p0 < n; p0 += int64_t(gridDim.x) * kGroup) {
-    const int g = static_cast<int>(std::min<int64_t>(kGroup, n - p0));
+  T* tile = reinterpret_cast<T*>(staged_raw);  // kG x 8 x f feats
+  T* out_tile = tile + kG * 8 * f;              // kG x f outputs
+  __shared__ acc_t weights[kG][8];
+  for (int64_t p0 = int64_t(blockIdx.x) * kG; p0 < n; p0 += int64_t(gridDim.x) * kG) {
+    const int g = static_cast<int>(std::min<int64_t>(kG, n - p0));
     __syncthreads();  // the previous group's tiles are no longer read
     copy_group(tile, feats + p0 * 8 * f, g * 8 * f);
     if (threadIdx.x < g) {
@@ -216,15 +219,15 @@ __global__ void __launch_bounds__(kThreads)
                            const T* __restrict__ points, T* __restrict__ grad_feats,
                            T* __restrict__ grad_points, int64_t n, int f) {
   using acc_t = at::opmath_type<T>;
-  constexpr int kVec = 16 / sizeof(T);
+  constexpr int kVec = 16 / sizeof(T), kG = kGroup<T>;
   extern __shared__ uint4 staged_raw[];
-  T* tile = reinterpret_cast<T*>(staged_raw);  // kGroup x 8 x f feats
-  T* go_tile = tile + kGroup * 8 * f;           // kGroup x f grad outputs
-  __shared__ acc_t weights[kGroup][8];
-  __shared__ acc_t d_point[kGroup][3][8];
+  T* tile = reinterpret_cast<T*>(staged_raw);  // kG x 8 x f feats
+  T* go_tile = tile + kG * 8 * f;               // kG x f grad outputs
+  __shared__ acc_t weights[kG][8];
+  __shared__ acc_t d_point[kG][3][8];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  for (int64_t p0 = int64_t(blockIdx.x) * kGroup; p0 < n; p0 += int64_t(gridDim.x) * kGroup) {
-    const int g = static_cast<int>(std::min<int64_t>(kGroup, n - p0));
+  for (int64_t p0 = int64_t(blockIdx.x) * kG; p0 < n; p0 += int64_t(gridDim.x) * kG) {
+    const int g = static_cast<int>(std::min<int64_t>(kG, n - p0));
     __syncthreads();  // the previous group's tiles are no longer read
     copy_group(tile, feats + p0 * 8 * f, g * 8 * f);
     copy_group(go_tile, go + p0 * f, g * f);
@@ -241,7 +244,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     // grad_feats[p, c, x] = weight[p][c] * go[p, x]; row r = 8p + c of the group.
     T* gf = grad_feats + p0 * 8 * f;
-    for (int v = threadIdx.x; v < g * f; v += kThreads) {  // g*8*f elements, g*f vectors
+    for (int v = threadIdx.x; v < g * 8 * f / kVec; v += kThreads) {  // g*8*f elements
       int e = v * kVec;
       int r = e / f, x = e - r * f;
       Pack<T, kVec> o;
@@ -280,35 +283,29 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Whether the staged kernels take rows of f features of elem_size bytes with
-// these pointers: 16-bit data, F not a multiple of 8 (else the packed kernels
+// these pointers: F not a multiple of 16 / elem_size (else the packed kernels
 // do), the group in shared memory, 16-byte aligned pointers.
 bool staged_takes(int64_t f, int64_t elem_size, std::initializer_list<const void*> ptrs) {
-  if (elem_size != 2 || f % 8 == 0 || staged_bytes(f, elem_size) > kStagedBytes) return false;
+  if (f % (16 / elem_size) == 0 || staged_bytes(f) > kStagedBytes) return false;
   for (const void* q : ptrs)
     if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
   return true;
 }
 
-// The staged kernels' launches, compiled for 16-bit types only (staged_takes
-// is false for the others).
 template <typename T>
 void launch_staged_forward(const T* feats, const T* points, T* out, int64_t n, int64_t f,
                            cudaStream_t stream) {
-  if constexpr (sizeof(T) == 2) {
-    forward_staged_kernel<T><<<blocks_for(n, kGroup), kThreads, staged_bytes(f, 2), stream>>>(
-        feats, points, out, n, static_cast<int>(f));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
+  forward_staged_kernel<T><<<blocks_for(n, kGroup<T>), kThreads, staged_bytes(f), stream>>>(
+      feats, points, out, n, static_cast<int>(f));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename T>
 void launch_staged_backward(const T* go, const T* feats, const T* points, T* grad_feats,
                             T* grad_points, int64_t n, int64_t f, cudaStream_t stream) {
-  if constexpr (sizeof(T) == 2) {
-    backward_staged_kernel<T><<<blocks_for(n, kGroup), kThreads, staged_bytes(f, 2), stream>>>(
-        go, feats, points, grad_feats, grad_points, n, static_cast<int>(f));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
+  backward_staged_kernel<T><<<blocks_for(n, kGroup<T>), kThreads, staged_bytes(f), stream>>>(
+      go, feats, points, grad_feats, grad_points, n, static_cast<int>(f));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // Features per access: 16 bytes' worth when F and every pointer allow it.
