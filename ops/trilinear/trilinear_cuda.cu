@@ -55,6 +55,17 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// d[a] of lane 0 of each group of `width` lanes (a power of two up to a warp)
+// becomes the sum over the group, by a fixed shuffle tree (deterministic).
+template <typename Acc>
+__device__ inline void sum_over_lanes(Acc (&d)[3], int width) {
+#pragma unroll
+  for (int a = 0; a < 3; ++a) {
+    for (int step = width / 2; step > 0; step >>= 1)
+      d[a] += __shfl_down_sync(0xffffffffu, d[a], step, width);
+  }
+}
+
 // A team of S threads (a power of two from 1 to 256: part of a warp, or whole
 // warps) per point; teams stride over points. The team's threads stride along
 // the point's packs of V features, writing the 8 grad_feats rows coalesced and
@@ -110,12 +121,7 @@ __global__ void __launch_bounds__(kThreads)
           for (int a = 0; a < 3; ++a) d[a] += gx[e] * blend[a][e];
       }
     }
-    const int width = team < kWarp ? team : kWarp;
-#pragma unroll
-    for (int a = 0; a < 3; ++a) {
-      for (int step = width / 2; step > 0; step >>= 1)
-        d[a] += __shfl_down_sync(0xffffffffu, d[a], step, width);
-    }
+    sum_over_lanes(d, team < kWarp ? team : kWarp);
     if (team <= kWarp) {
       if (member == 0 && p < n) {
 #pragma unroll
@@ -269,11 +275,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int a = 0; a < 3; ++a) d[a] += gx * blend[a];
       }
-#pragma unroll
-      for (int a = 0; a < 3; ++a) {
-        for (int step = kWarp / 2; step > 0; step >>= 1)
-          d[a] += __shfl_down_sync(0xffffffffu, d[a], step);
-      }
+      sum_over_lanes(d, kWarp);
       if (lane == 0) {
 #pragma unroll
         for (int a = 0; a < 3; ++a) grad_points[3 * (p0 + warp) + a] = static_cast<T>(d[a]);
@@ -282,14 +284,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Whether every pointer is 16-byte aligned.
+bool aligned16(std::initializer_list<const void*> ptrs) {
+  for (const void* q : ptrs)
+    if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
+  return true;
+}
+
 // Whether the staged kernels take rows of f features of elem_size bytes with
 // these pointers: F not a multiple of 16 / elem_size (else the packed kernels
 // do), the group in shared memory, 16-byte aligned pointers.
 bool staged_takes(int64_t f, int64_t elem_size, std::initializer_list<const void*> ptrs) {
-  if (f % (16 / elem_size) == 0 || staged_bytes(f) > kStagedBytes) return false;
-  for (const void* q : ptrs)
-    if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return false;
-  return true;
+  return f % (16 / elem_size) != 0 && staged_bytes(f) <= kStagedBytes && aligned16(ptrs);
 }
 
 template <typename T>
@@ -311,9 +317,7 @@ void launch_staged_backward(const T* go, const T* feats, const T* points, T* gra
 // Features per access: 16 bytes' worth when F and every pointer allow it.
 int pack_for(int64_t f, int64_t elem_size, std::initializer_list<const void*> ptrs) {
   const int64_t v = 16 / elem_size;
-  if (v <= 1 || f % v != 0) return 1;
-  for (const void* q : ptrs)
-    if (reinterpret_cast<uintptr_t>(q) % 16 != 0) return 1;
+  if (v <= 1 || f % v != 0 || !aligned16(ptrs)) return 1;
   return static_cast<int>(v);
 }
 
