@@ -144,6 +144,27 @@ __global__ void __launch_bounds__(kGradThreads)
   }
 }
 
+// Sums each of the kTaps accumulators over the kGradThreads threads of the
+// block in a fixed order (a shuffle tree per warp, then the warps in turn)
+// and writes the kTaps sums to dst. Every thread of the block must call it.
+template <int kTaps, typename Acc>
+__device__ inline void store_block_sums(const Acc (&acc)[kTaps], Acc* __restrict__ dst) {
+  __shared__ Acc warp_sums[kGradThreads / 32][kTaps];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int t = 0; t < kTaps; ++t) {
+    Acc v = acc[t];
+    for (int step = 16; step > 0; step >>= 1) v += __shfl_down_sync(0xffffffffu, v, step);
+    if (lane == 0) warp_sums[warp][t] = v;
+  }
+  __syncthreads();
+  for (int t = threadIdx.x; t < kTaps; t += kGradThreads) {
+    Acc sum = 0;
+    for (int w = 0; w < kGradThreads / 32; ++w) sum += warp_sums[w][t];
+    dst[t] = sum;
+  }
+}
+
 // The same partial sums for square kernels of kK = 3, 5 or 7 taps, stride kS
 // and dilation 1: each thread owns all kK*kK taps and a strip of 4 samples
 // along x per work unit (lanes walk down the rows, so the padded pitches keep
@@ -160,7 +181,6 @@ __global__ void __launch_bounds__(kGradThreads)
   constexpr int kTaps = kK * kK;
   constexpr int kSpan = 3 * kS + kK;  // inputs of one tap row under 4 samples
   extern __shared__ __align__(16) unsigned char shared_raw[];
-  __shared__ acc_t warp_sums[kGradThreads / 32][kTaps];
   const int gx = 1 << gx_shift, gy = samples >> gx_shift, go_pitch = gx + kGoPad;
   acc_t* go_s = reinterpret_cast<acc_t*>(shared_raw);
   acc_t* in_s = go_s + gy * go_pitch;
@@ -223,20 +243,7 @@ __global__ void __launch_bounds__(kGradThreads)
     }
   }
 
-  const int lane = tid % 32, warp = tid / 32;
-#pragma unroll
-  for (int t = 0; t < kTaps; ++t) {
-    acc_t v = acc[t];
-    for (int step = 16; step > 0; step >>= 1) v += __shfl_down_sync(0xffffffffu, v, step);
-    if (lane == 0) warp_sums[warp][t] = v;
-  }
-  __syncthreads();
-  acc_t* dst = partial + (wp * chunks + chunk) * kTaps;
-  for (int t = tid; t < kTaps; t += kGradThreads) {
-    acc_t sum = 0;
-    for (int w = 0; w < kGradThreads / 32; ++w) sum += warp_sums[w][t];
-    dst[t] = sum;
-  }
+  store_block_sums<kTaps>(acc, partial + (wp * chunks + chunk) * kTaps);
 }
 
 // One thread per (weight plane, tap): adds the chunks' partial sums in order.

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "ops/common/blocked_correlation.cuh"
+#include "ops/common/blocked_weight_grad.cuh"
 #include "ops/common/launch.h"
 #include "ops/common/plane_correlation.cuh"
 #include "ops/common/plane_weight_grad.cuh"
@@ -269,23 +270,58 @@ bool grad_input_tiled(const at::Tensor& grad_output, const at::Tensor& weight,
   return done;
 }
 
-bool grad_weight_tiled(const at::Tensor& grad_output, const at::Tensor& input,
-                       const at::Tensor& grad_weight, const Dims& d, const Window2d& k,
-                       cudaStream_t stream) {
+// Weight plane oc (kc of them) sums over the n images; its grad-output plane
+// is oc of image t, its input plane oc / mult of image t.
+bool weight_grad_geometry(const Dims& d, const Window2d& k, PlaneWeightGrad& g) {
   int v[12];
   if (!engine_geometry(d, k, v)) return false;
   const int64_t kc = d.c * d.mult;
-  const PlaneWeightGrad g{kc,   d.n,  kc,   d.c,  d.mult, v[0], v[1],  v[2], v[3],
-                          v[4], v[5], v[6], v[7], v[8],   v[9], v[10], v[11]};
+  g = PlaneWeightGrad{kc,   d.n,  kc,   d.c,  d.mult, v[0], v[1],  v[2], v[3],
+                      v[4], v[5], v[6], v[7], v[8],   v[9], v[10], v[11]};
+  return true;
+}
+
+template <typename acc_t>
+at::Tensor partial_sums(const at::Tensor& like, int64_t count) {
+  return at::empty({count}, like.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+}
+
+bool grad_weight_blocked(const at::Tensor& grad_output, const at::Tensor& input,
+                         const at::Tensor& grad_weight, const Dims& d, const Window2d& k,
+                         cudaStream_t stream) {
+  PlaneWeightGrad g;
+  if (!weight_grad_geometry(d, k, g) || !blocked_weight_grad_takes(g, input.element_size())) {
+    return false;
+  }
+  bool done = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_grad_weight_cuda", [&] {
+        using acc_t = at::opmath_type<scalar_t>;
+        const scalar_t* go = grad_output.const_data_ptr<scalar_t>();
+        const scalar_t* in = input.const_data_ptr<scalar_t>();
+        const BlockedWeightGradPlan p =
+            plan_blocked_weight_grad(g, blocked_weight_grad_cols(g, go, in));
+        if (!p.ok) return;
+        const at::Tensor partial = partial_sums<acc_t>(input, g.weight_planes * p.chunks * g.kh * g.kw);
+        launch_blocked_weight_grad<scalar_t>(go, in, partial.mutable_data_ptr<acc_t>(),
+                                             grad_weight.data_ptr<scalar_t>(), g, p, stream);
+        done = true;
+      });
+  return done;
+}
+
+bool grad_weight_tiled(const at::Tensor& grad_output, const at::Tensor& input,
+                       const at::Tensor& grad_weight, const Dims& d, const Window2d& k,
+                       cudaStream_t stream) {
+  PlaneWeightGrad g;
+  if (!weight_grad_geometry(d, k, g)) return false;
   bool done = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_grad_weight_cuda", [&] {
         using acc_t = at::opmath_type<scalar_t>;
         const WeightGradPlan p = plan_weight_grad<acc_t>(g);
         if (!p.ok) return;
-        const at::Tensor partial =
-            at::empty({kc * p.chunks * k.kh * k.kw},
-                      input.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+        const at::Tensor partial = partial_sums<acc_t>(input, g.weight_planes * p.chunks * g.kh * g.kw);
         launch_plane_weight_grad<scalar_t>(
             grad_output.const_data_ptr<scalar_t>(), input.const_data_ptr<scalar_t>(),
             partial.mutable_data_ptr<acc_t>(), grad_weight.data_ptr<scalar_t>(), g, p, ZeroBorder{},
@@ -339,6 +375,7 @@ void grad_weight_cuda(const at::Tensor& grad_output, const at::Tensor& input,
   if (blocks == 0) return;
   auto stream = at::cuda::getCurrentCUDAStream();
   const Dims d = dims_of(input, grad_output, mult);
+  if (grad_weight_blocked(grad_output, input, grad_weight, d, win, stream)) return;
   if (grad_weight_tiled(grad_output, input, grad_weight, d, win, stream)) return;
   TORCH_CHECK(blocks < (int64_t{1} << 31), "depthwise_conv2d_grad_weight: weight has ", blocks,
               " elements; at most 2^31 - 1 are supported");

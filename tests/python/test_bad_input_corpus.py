@@ -457,6 +457,13 @@ CONV = ConvConfig(batch=2, in_channels=4, out_channels=8, groups=2, kernel=(3, 2
 DEPTHWISE = ConvConfig(batch=2, in_channels=3, out_channels=6, groups=3, kernel=(3, 3),
                        stride=(1, 2), padding=(1, 1), dilation=(2, 1), size=(8, 7), bias=True)
 
+# Stride 1, dilation 1, "same" padding: the register-blocked CUDA kernels,
+# with widths that do not (14) and do (16) take vectors.
+DEPTHWISE_SAME_3X3 = dataclasses.replace(DEPTHWISE, stride=(1, 1), dilation=(1, 1),
+                                         size=(29, 14))
+DEPTHWISE_SAME_5X5 = dataclasses.replace(DEPTHWISE, kernel=(5, 5), stride=(1, 1),
+                                         padding=(2, 2), dilation=(1, 1), size=(20, 16))
+
 
 def conv_call(op, cfg):
     stride, padding, dilation, groups = cfg.args()
@@ -756,6 +763,10 @@ ODD_VALUES = {
                                            ref_geometry=dict(stride=(16, 16))),
     "depthwise_conv2d-nan-inf-in-input": conv_nonfinite_input("depthwise_conv2d", DEPTHWISE),
     "depthwise_conv2d-nan-inf-in-weight": conv_nonfinite_weight("depthwise_conv2d", DEPTHWISE),
+    "depthwise_conv2d-nan-inf-in-input-3x3-same": conv_nonfinite_input(
+        "depthwise_conv2d", DEPTHWISE_SAME_3X3),
+    "depthwise_conv2d-nan-inf-in-input-5x5-same-width16": conv_nonfinite_input(
+        "depthwise_conv2d", DEPTHWISE_SAME_5X5),
     "depthwise_conv2d-batch-0": conv_with("depthwise_conv2d", DEPTHWISE, batch=0),
     "depthwise_conv2d-empty-plane-with-padding": conv_empty_plane_with_padding("depthwise_conv2d"),
     "depthwise_conv2d-every-tensor-expanded": conv_expanded("depthwise_conv2d", DEPTHWISE),

@@ -114,6 +114,19 @@ EDGE_CASES = {
                                        dilation=(1, 1), size=(7, 12), multiplier=2),
     "same_7x7_quads": dict(kernel=(7, 7), padding=(3, 3), stride=(1, 1), dilation=(1, 1),
                            size=(10, 8), batch=2),
+    # Planes of more than 24 rows: the blocked CUDA weight gradient cuts them into
+    # strips of 16 grad-output rows (the last one shorter), on the vector path
+    # and on the scalar one (widths not a multiple of 4, padding other than "same").
+    "tall_3x3_strips": dict(kernel=(3, 3), padding=(1, 1), stride=(1, 1), dilation=(1, 1),
+                            size=(37, 16), batch=2),
+    "tall_5x5_eights_multiplier2": dict(kernel=(5, 5), padding=(2, 2), stride=(1, 1),
+                                        dilation=(1, 1), size=(45, 24), multiplier=2),
+    "tall_7x7_width14": dict(kernel=(7, 7), padding=(3, 3), stride=(1, 1), dilation=(1, 1),
+                             size=(30, 14), batch=2),
+    "tall_5x5_unpadded": dict(kernel=(5, 5), padding=(0, 0), stride=(1, 1), dilation=(1, 1),
+                              size=(33, 21), batch=2),
+    "tall_3x3_uneven_padding": dict(kernel=(3, 3), padding=(2, 0), stride=(1, 1),
+                                    dilation=(1, 1), size=(27, 10)),
     "same_3x3_quads_offset": dict(kernel=(3, 3), padding=(1, 1), stride=(1, 1), dilation=(1, 1),
                                   size=(6, 8), input_layout="offset", grad_layout="offset"),
 }
