@@ -45,12 +45,13 @@ __device__ __forceinline__ void load_blocked_row(const T* __restrict__ src, int 
   constexpr int kCols = (V - 1) * S + K;
   const bool row_ok = iy >= 0 && iy < g.h;
   if constexpr (kQuads) {
-    static_assert(S == 1 && (K - 1) / 2 <= V, "the three vectors cover (K-1)/2 columns either side");
+    static_assert((K - 1) / 2 <= V, "the vectors start V columns left of the thread's first");
     constexpr int kFirst = V - (K - 1) / 2;  // position of column ix0 in the vectors
-    T quads[3 * V];
+    constexpr int kVecs = (kFirst + kCols - 1) / V + 1;  // 3 at stride 1, 3 or 4 at stride 2
+    T quads[kVecs * V];
 #pragma unroll
-    for (int q = 0; q < 3; ++q) {
-      const int xq = x0 - V + V * q;
+    for (int q = 0; q < kVecs; ++q) {
+      const int xq = x0 * S - V + V * q;
       Vec<T, V> v;
       if (row_ok && xq >= 0 && xq < g.w) {
         v = *reinterpret_cast<const Vec<T, V>*>(src + iy * g.w + xq);
@@ -82,10 +83,11 @@ constexpr bool kBlockedTapRowsOuter = K == 7 && sizeof(T) == 4;
 // then row block, then plane, so neighbours share input rows. Each thread
 // loads the (R-1)*S+K input rows it needs, one row of (V-1)*S+K values at a
 // time, and adds it into every output row that uses it.
-// kQuads (stride 1, "same" padding (K-1)/2, widths and pointers aligned to V
-// elements): a row's values are the three aligned V-element vectors around the
-// thread's V columns, read as three vector loads (each lies wholly inside or
-// wholly outside the row), and the V outputs are one vector store.
+// kQuads ("same" padding (K-1)/2, widths and pointers aligned to V elements):
+// a row's values are the aligned V-element vectors around the input columns
+// of the thread's V outputs (three at stride 1, three or four at stride 2),
+// read as vector loads (each lies wholly inside or wholly outside the row),
+// and the V outputs are one vector store.
 // kBlockedTapRowsOuter: the thread walks the K tap rows, holding one row of
 // taps, and loads for each of its R output rows the input row that tap row
 // meets (R*K row loads instead of (R-1)*S+K, and K registers of taps, not K*K).
@@ -217,14 +219,12 @@ void launch_blocked(const T* in, const T* weight, const T* bias, T* out,
   const auto vectors_fit = [&](int v) {
     return g.w % v == 0 && g.ow % v == 0 && aligned(in, v) && aligned(out, v);
   };
-  if constexpr (S == 1) {
-    if (g.pw == (K - 1) / 2) {
-      if (V != 4 && vectors_fit(V)) {
-        return launch_blocked_variant<T, K, S, R, V, true>(in, weight, bias, out, g, stream);
-      }
-      if (vectors_fit(4)) {
-        return launch_blocked_variant<T, K, S, R, 4, true>(in, weight, bias, out, g, stream);
-      }
+  if (g.pw == (K - 1) / 2) {
+    if (V != 4 && vectors_fit(V)) {
+      return launch_blocked_variant<T, K, S, R, V, true>(in, weight, bias, out, g, stream);
+    }
+    if (vectors_fit(4)) {
+      return launch_blocked_variant<T, K, S, R, 4, true>(in, weight, bias, out, g, stream);
     }
   }
   launch_blocked_variant<T, K, S, R, 4, false>(in, weight, bias, out, g, stream);

@@ -1,5 +1,5 @@
 // A register-blocked weight gradient for square kernels of 3, 5 or 7 taps at
-// stride 1, dilation 1 and the zero border: the weight-gradient counterpart of
+// stride 1 or 2, dilation 1 and the zero border: the weight-gradient counterpart of
 // blocked_correlation.cuh. It reads the grad output and the input straight
 // from global memory (vectors where widths and pointers allow), keeps every
 // accumulator in registers, and writes the same per-(weight plane, chunk, tap)
@@ -32,36 +32,39 @@ namespace plane_detail {
 
 // Adds one item's contribution (columns x0.., grad-output rows ys..ys+se-1 of
 // one term) to acc. The thread walks the input rows the strip meets, loading
-// each once, and keeps the last K grad-output rows in registers: input row
-// ys + st - ph meets grad-output row ys + st - i through tap row i. Grad-output
-// rows outside the strip, and columns past the plane (kFull false), are skipped
-// rather than multiplied by zero, so an Inf in the input they would meet does
-// not turn the sum into NaN.
-template <typename T, int K, int V, bool kVectors, bool kFull, typename Acc>
+// each once, and keeps in registers the grad-output rows that an input row can
+// still meet: input row (ys + m) * S - ph + p (0 <= p < S) meets grad-output
+// row ys + m - a through tap row p + a * S. Grad-output rows outside the
+// strip, and columns past the plane (kFull false), are skipped rather than
+// multiplied by zero, so an Inf in the input they would meet does not turn
+// the sum into NaN.
+template <typename T, int K, int S, int V, bool kVectors, bool kFull, typename Acc>
 __device__ __forceinline__ void add_blocked_item(const T* __restrict__ gop,
                                                  const T* __restrict__ inp,
                                                  const BlockedCorrelation& g, int ys, int se,
                                                  int x0, int vr, Acc (&acc)[K * K]) {
-  constexpr int kCols = V + K - 1;
+  constexpr int kCols = (V - 1) * S + K;
+  constexpr int kWin = (K - 1) / S + 1;  // grad-output rows one input row meets
   bool col_ok[kCols];
-  const int ix0 = x0 - g.pw;
+  const int ix0 = x0 * S - g.pw;
 #pragma unroll
   for (int c = 0; c < kCols; ++c) col_ok[c] = ix0 + c >= 0 && ix0 + c < g.w;
-  Acc win[K][V];
+  Acc win[kWin][V];
 #pragma unroll
-  for (int i = 0; i < K; ++i) {
+  for (int a = 0; a < kWin; ++a) {
 #pragma unroll
-    for (int r = 0; r < V; ++r) win[i][r] = Acc(0);
+    for (int r = 0; r < V; ++r) win[a][r] = Acc(0);
   }
+  const int steps = (se - 1) * S + K;  // input rows the strip meets
 #pragma unroll 1
-  for (int st = 0; st < se + K - 1; ++st) {
+  for (int m = 0; m * S < steps; ++m) {
 #pragma unroll
-    for (int i = K - 1; i > 0; --i) {
+    for (int a = kWin - 1; a > 0; --a) {
 #pragma unroll
-      for (int r = 0; r < V; ++r) win[i][r] = win[i - 1][r];
+      for (int r = 0; r < V; ++r) win[a][r] = win[a - 1][r];
     }
-    if (st < se) {
-      const T* row = gop + int64_t(ys + st) * g.ow + x0;
+    if (m < se) {
+      const T* row = gop + int64_t(ys + m) * g.ow + x0;
       if constexpr (kVectors) {
         const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(row);
 #pragma unroll
@@ -71,16 +74,22 @@ __device__ __forceinline__ void add_blocked_item(const T* __restrict__ gop,
         for (int r = 0; r < V; ++r) win[0][r] = kFull || r < vr ? static_cast<Acc>(row[r]) : Acc(0);
       }
     }
-    Acc vals[kCols];
-    load_blocked_row<T, Acc, K, 1, V, kVectors>(inp, ys + st - g.ph, x0, ix0, g, col_ok, vals);
 #pragma unroll
-    for (int i = 0; i < K; ++i) {
-      if (static_cast<unsigned>(st - i) >= static_cast<unsigned>(se)) continue;
+    for (int p = 0; p < S; ++p) {
+      if (m * S + p >= steps) break;
+      Acc vals[kCols];
+      load_blocked_row<T, Acc, K, S, V, kVectors>(inp, (ys + m) * S - g.ph + p, x0, ix0, g,
+                                                  col_ok, vals);
 #pragma unroll
-      for (int r = 0; r < V; ++r) {
-        if (!kFull && r >= vr) continue;
+      for (int a = 0; a < kWin; ++a) {
+        const int i = p + a * S;
+        if (i >= K || static_cast<unsigned>(m - a) >= static_cast<unsigned>(se)) continue;
 #pragma unroll
-        for (int j = 0; j < K; ++j) acc[i * K + j] += win[i][r] * vals[r + j];
+        for (int r = 0; r < V; ++r) {
+          if (!kFull && r >= vr) continue;
+#pragma unroll
+          for (int j = 0; j < K; ++j) acc[i * K + j] += win[a][r] * vals[r * S + j];
+        }
       }
     }
   }
@@ -92,7 +101,7 @@ __device__ __forceinline__ void add_blocked_item(const T* __restrict__ gop,
 // reads neighbouring columns of a row. Each thread sums all K*K taps over its
 // items in registers; store_block_sums then reduces the block in a fixed
 // order.
-template <typename T, int K, int V, bool kVectors>
+template <typename T, int K, int S, int V, bool kVectors>
 __global__ void __launch_bounds__(kBlockedThreads)
     blocked_weight_grad_kernel(const T* __restrict__ go, const T* __restrict__ in,
                                at::opmath_type<T>* __restrict__ partial, PlaneWeightGrad pw,
@@ -115,20 +124,20 @@ __global__ void __launch_bounds__(kBlockedThreads)
     const T* gop = go + (t * pw.go_term_stride + wp) * out_plane;
     const T* inp = in + (t * pw.in_term_stride + wp / pw.mult) * in_plane;
     if (kVectors || vr == V) {
-      add_blocked_item<T, K, V, kVectors, true>(gop, inp, g, ys, se, x0, vr, acc);
+      add_blocked_item<T, K, S, V, kVectors, true>(gop, inp, g, ys, se, x0, vr, acc);
     } else {
-      add_blocked_item<T, K, V, kVectors, false>(gop, inp, g, ys, se, x0, vr, acc);
+      add_blocked_item<T, K, S, V, kVectors, false>(gop, inp, g, ys, se, x0, vr, acc);
     }
   }
   store_block_sums<K * K>(acc, partial + (wp * chunks + chunk) * K * K);
 }
 
-template <typename T, int K, int V, bool kVectors>
+template <typename T, int K, int S, int V, bool kVectors>
 void launch_blocked_weight_grad_variant(const T* go, const T* in, at::opmath_type<T>* partial,
                                         const PlaneWeightGrad& pw, const BlockedCorrelation& g,
                                         const BlockedWeightGradPlan& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(pw.weight_planes), static_cast<unsigned>(p.chunks));
-  blocked_weight_grad_kernel<T, K, V, kVectors>
+  blocked_weight_grad_kernel<T, K, S, V, kVectors>
       <<<grid, kBlockedThreads, 0, stream>>>(go, in, partial, pw, g, p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -136,11 +145,12 @@ void launch_blocked_weight_grad_variant(const T* go, const T* in, at::opmath_typ
 }  // namespace plane_detail
 
 // Whether the blocked weight gradient takes the geometry: square 3, 5 or 7
-// taps (7 not in float64), stride 1, dilation 1, and every index of a term
-// within int32.
+// taps (7 not in float64), stride 1 or 2, dilation 1, and every index of a
+// term within int32.
 inline bool blocked_weight_grad_takes(const PlaneWeightGrad& g, int64_t element_size) {
   const bool taps_ok = g.kh == 3 || g.kh == 5 || (g.kh == 7 && element_size <= 4);
-  return taps_ok && g.kh == g.kw && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
+  return taps_ok && g.kh == g.kw && g.sh == g.sw && (g.sh == 1 || g.sh == 2) && g.dh == 1 &&
+         g.dw == 1 &&
          g.ph >= 0 && g.pw >= 0 && g.ph < (1 << 20) && g.pw < (1 << 20) &&
          int64_t(g.in_h) * g.in_w < (int64_t{1} << 30) &&
          int64_t(g.out_h) * g.out_w < (int64_t{1} << 30) && g.weight_planes < (int64_t{1} << 31);
@@ -194,24 +204,33 @@ void launch_blocked_weight_grad(const T* go, const T* in, at::opmath_type<T>* pa
   const BlockedCorrelation g{0,        0,        0,     1,     1,    pw.in_h, pw.in_w,
                              pw.out_h, pw.out_w, pw.ph, pw.pw, false};
   const bool vectors = blocked_weight_grad_vectors(pw, go, in, p.cols);
-  const auto run = [&](auto k) {
-    constexpr int K = decltype(k)::value;
+  const auto run = [&](auto k, auto s) {
+    constexpr int K = decltype(k)::value, S = decltype(s)::value;
     if constexpr (sizeof(T) == 2 && K <= 5) {
       if (p.cols == 8) {
-        return launch_blocked_weight_grad_variant<T, K, 8, true>(go, in, partial, pw, g, p, stream);
+        return launch_blocked_weight_grad_variant<T, K, S, 8, true>(go, in, partial, pw, g, p,
+                                                                    stream);
       }
     }
     if (vectors) {
-      return launch_blocked_weight_grad_variant<T, K, 4, true>(go, in, partial, pw, g, p, stream);
+      return launch_blocked_weight_grad_variant<T, K, S, 4, true>(go, in, partial, pw, g, p,
+                                                                  stream);
     }
-    launch_blocked_weight_grad_variant<T, K, 4, false>(go, in, partial, pw, g, p, stream);
+    launch_blocked_weight_grad_variant<T, K, S, 4, false>(go, in, partial, pw, g, p, stream);
   };
-  if (pw.kh == 3) {
-    run(std::integral_constant<int, 3>{});
-  } else if (pw.kh == 5) {
-    run(std::integral_constant<int, 5>{});
-  } else if constexpr (sizeof(T) <= 4) {
-    run(std::integral_constant<int, 7>{});
+  const auto run_k = [&](auto s) {
+    if (pw.kh == 3) {
+      run(std::integral_constant<int, 3>{}, s);
+    } else if (pw.kh == 5) {
+      run(std::integral_constant<int, 5>{}, s);
+    } else if constexpr (sizeof(T) <= 4) {
+      run(std::integral_constant<int, 7>{}, s);
+    }
+  };
+  if (pw.sh == 1) {
+    run_k(std::integral_constant<int, 1>{});
+  } else {
+    run_k(std::integral_constant<int, 2>{});
   }
   const int64_t taps = int64_t(pw.kh) * pw.kw;
   const int64_t total = pw.weight_planes * taps;

@@ -127,6 +127,16 @@ EDGE_CASES = {
                               size=(33, 21), batch=2),
     "tall_3x3_uneven_padding": dict(kernel=(3, 3), padding=(2, 0), stride=(1, 1),
                                     dilation=(1, 1), size=(27, 10)),
+    # Stride 2 with "same" padding: vectors on widths of a multiple of 4 (8 for
+    # 16-bit data with 3 or 5 taps), scalar loads elsewhere.
+    "tall_3x3_stride2_quads": dict(kernel=(3, 3), padding=(1, 1), stride=(2, 2),
+                                   dilation=(1, 1), size=(67, 32), batch=2),
+    "tall_5x5_stride2_width14": dict(kernel=(5, 5), padding=(2, 2), stride=(2, 2),
+                                     dilation=(1, 1), size=(40, 14), batch=2),
+    "stride2_7x7_quads": dict(kernel=(7, 7), padding=(3, 3), stride=(2, 2), dilation=(1, 1),
+                              size=(31, 16), batch=2),
+    "stride2_5x5_eights_multiplier2": dict(kernel=(5, 5), padding=(2, 2), stride=(2, 2),
+                                           dilation=(1, 1), size=(19, 32), multiplier=2),
     "same_3x3_quads_offset": dict(kernel=(3, 3), padding=(1, 1), stride=(1, 1), dilation=(1, 1),
                                   size=(6, 8), input_layout="offset", grad_layout="offset"),
 }
