@@ -34,6 +34,13 @@ struct alignas(V * sizeof(T)) Vec {
   T v[V];
 };
 
+// col_ok[c]: whether input column ix0 + c lies inside a row of w columns.
+template <int N>
+__device__ __forceinline__ void column_mask(int ix0, int w, bool (&col_ok)[N]) {
+#pragma unroll
+  for (int c = 0; c < N; ++c) col_ok[c] = ix0 + c >= 0 && ix0 + c < w;
+}
+
 // The kCols = (V-1)*S+K input values of row iy (of a plane at src) that a
 // thread whose V output columns start at x0 (input column ix0) needs, zero
 // outside the plane, as acc_t; see the kernel below for kQuads.
@@ -110,8 +117,7 @@ __global__ void __launch_bounds__(kBlockedThreads, 2)
   const int iy0 = y0 * S - g.ph, ix0 = x0 * S - g.pw;
 
   bool col_ok[kCols];
-#pragma unroll
-  for (int c = 0; c < kCols; ++c) col_ok[c] = ix0 + c >= 0 && ix0 + c < g.w;
+  column_mask(ix0, g.w, col_ok);
 
   acc_t acc[R][V];
 #pragma unroll
@@ -256,10 +262,12 @@ bool launch_blocked_correlation(const T* in, const T* weight, const T* bias, T* 
   }
   CUSTOMCONV_BLOCKED_CASE(3, 1)
   CUSTOMCONV_BLOCKED_CASE(5, 1)
-  CUSTOMCONV_BLOCKED_CASE(7, 1)
   CUSTOMCONV_BLOCKED_CASE(3, 2)
   CUSTOMCONV_BLOCKED_CASE(5, 2)
-  CUSTOMCONV_BLOCKED_CASE(7, 2)
+  if constexpr (sizeof(T) <= 4) {  // float64 with 7 taps takes the tiled engine
+    CUSTOMCONV_BLOCKED_CASE(7, 1)
+    CUSTOMCONV_BLOCKED_CASE(7, 2)
+  }
 #undef CUSTOMCONV_BLOCKED_CASE
   return false;
 }

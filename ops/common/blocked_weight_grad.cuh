@@ -47,8 +47,7 @@ __device__ __forceinline__ void add_blocked_item(const T* __restrict__ gop,
   constexpr int kWin = (K - 1) / S + 1;  // grad-output rows one input row meets
   bool col_ok[kCols];
   const int ix0 = x0 * S - g.pw;
-#pragma unroll
-  for (int c = 0; c < kCols; ++c) col_ok[c] = ix0 + c >= 0 && ix0 + c < g.w;
+  column_mask(ix0, g.w, col_ok);
   Acc win[kWin][V];
 #pragma unroll
   for (int a = 0; a < kWin; ++a) {
