@@ -99,12 +99,13 @@ __device__ __forceinline__ void add_blocked_item(const T* __restrict__ gop,
 // term) goes to thread u mod kBlockedThreads of the chunk's block, so a warp
 // reads neighbouring columns of a row. Each thread sums all K*K taps over its
 // items in registers; store_block_sums then reduces the block in a fixed
-// order.
+// order, into the partial sums, or straight into gw when a weight plane has
+// one chunk.
 template <typename T, int K, int S, int V, bool kVectors>
 __global__ void __launch_bounds__(kBlockedThreads)
     blocked_weight_grad_kernel(const T* __restrict__ go, const T* __restrict__ in,
-                               at::opmath_type<T>* __restrict__ partial, PlaneWeightGrad pw,
-                               BlockedCorrelation g, BlockedWeightGradPlan p) {
+                               at::opmath_type<T>* __restrict__ partial, T* __restrict__ gw,
+                               PlaneWeightGrad pw, BlockedCorrelation g, BlockedWeightGradPlan p) {
   using acc_t = at::opmath_type<T>;
   static_assert(kBlockedThreads == kGradThreads, "store_block_sums spans kGradThreads threads");
   const int64_t wp = blockIdx.x;
@@ -128,29 +129,32 @@ __global__ void __launch_bounds__(kBlockedThreads)
       add_blocked_item<T, K, S, V, kVectors, false>(gop, inp, g, ys, se, x0, vr, acc);
     }
   }
-  store_block_sums<K * K>(acc, partial + (wp * chunks + chunk) * K * K);
+  if (chunks == 1) {
+    store_block_sums<K * K>(acc, gw + wp * K * K);
+  } else {
+    store_block_sums<K * K>(acc, partial + (wp * chunks + chunk) * K * K);
+  }
 }
 
 template <typename T, int K, int S, int V, bool kVectors>
 void launch_blocked_weight_grad_variant(const T* go, const T* in, at::opmath_type<T>* partial,
-                                        const PlaneWeightGrad& pw, const BlockedCorrelation& g,
-                                        const BlockedWeightGradPlan& p, cudaStream_t stream) {
+                                        T* gw, const PlaneWeightGrad& pw,
+                                        const BlockedCorrelation& g, const BlockedWeightGradPlan& p,
+                                        cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(pw.weight_planes), static_cast<unsigned>(p.chunks));
   blocked_weight_grad_kernel<T, K, S, V, kVectors>
-      <<<grid, kBlockedThreads, 0, stream>>>(go, in, partial, pw, g, p);
+      <<<grid, kBlockedThreads, 0, stream>>>(go, in, partial, gw, pw, g, p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace plane_detail
 
-// Whether the blocked weight gradient takes the geometry: square 3, 5 or 7
-// taps (7 not in float64), stride 1 or 2, dilation 1, and every index of a
-// term within int32.
+// Whether the blocked weight gradient takes the geometry: the taps, strides
+// and dilations the blocked forward takes (blocked_takes), and every index of
+// a term within int32.
 inline bool blocked_weight_grad_takes(const PlaneWeightGrad& g, int64_t element_size) {
-  const bool taps_ok = g.kh == 3 || g.kh == 5 || (g.kh == 7 && element_size <= 4);
-  return taps_ok && g.kh == g.kw && g.sh == g.sw && (g.sh == 1 || g.sh == 2) && g.dh == 1 &&
-         g.dw == 1 &&
-         g.ph >= 0 && g.pw >= 0 && g.ph < (1 << 20) && g.pw < (1 << 20) &&
+  return blocked_takes(g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, element_size) && g.ph >= 0 &&
+         g.pw >= 0 && g.ph < (1 << 20) && g.pw < (1 << 20) &&
          int64_t(g.in_h) * g.in_w < (int64_t{1} << 30) &&
          int64_t(g.out_h) * g.out_w < (int64_t{1} << 30) && g.weight_planes < (int64_t{1} << 31);
 }
@@ -193,8 +197,10 @@ int blocked_weight_grad_cols(const PlaneWeightGrad& g, const T* go, const T* in)
 }
 
 // Stage 1 (the blocked kernel) and stage 2 (the chunks added in order) on
-// `stream`. `partial` holds weight_planes * p.chunks * k * k accumulators;
-// p comes from plan_blocked_weight_grad(g, blocked_weight_grad_cols(g, go, in)).
+// `stream`. `partial` holds weight_planes * p.chunks * k * k accumulators when
+// p.chunks > 1 and may be null otherwise: with one chunk, stage 1 writes gw
+// itself and stage 2 is skipped. p comes from
+// plan_blocked_weight_grad(g, blocked_weight_grad_cols(g, go, in)).
 template <typename T>
 void launch_blocked_weight_grad(const T* go, const T* in, at::opmath_type<T>* partial, T* gw,
                                 const PlaneWeightGrad& pw, const BlockedWeightGradPlan& p,
@@ -207,15 +213,15 @@ void launch_blocked_weight_grad(const T* go, const T* in, at::opmath_type<T>* pa
     constexpr int K = decltype(k)::value, S = decltype(s)::value;
     if constexpr (sizeof(T) == 2 && K <= 5) {
       if (p.cols == 8) {
-        return launch_blocked_weight_grad_variant<T, K, S, 8, true>(go, in, partial, pw, g, p,
+        return launch_blocked_weight_grad_variant<T, K, S, 8, true>(go, in, partial, gw, pw, g, p,
                                                                     stream);
       }
     }
     if (vectors) {
-      return launch_blocked_weight_grad_variant<T, K, S, 4, true>(go, in, partial, pw, g, p,
+      return launch_blocked_weight_grad_variant<T, K, S, 4, true>(go, in, partial, gw, pw, g, p,
                                                                   stream);
     }
-    launch_blocked_weight_grad_variant<T, K, S, 4, false>(go, in, partial, pw, g, p, stream);
+    launch_blocked_weight_grad_variant<T, K, S, 4, false>(go, in, partial, gw, pw, g, p, stream);
   };
   const auto run_k = [&](auto s) {
     if (pw.kh == 3) {
@@ -231,11 +237,7 @@ void launch_blocked_weight_grad(const T* go, const T* in, at::opmath_type<T>* pa
   } else {
     run_k(std::integral_constant<int, 2>{});
   }
-  const int64_t taps = int64_t(pw.kh) * pw.kw;
-  const int64_t total = pw.weight_planes * taps;
-  const int64_t blocks = std::min<int64_t>((total + 255) / 256, int64_t{1} << 20);
-  weight_grad_finish_kernel<T><<<blocks, 256, 0, stream>>>(partial, gw, total, taps, p.chunks);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (p.chunks > 1) launch_weight_grad_finish<T>(partial, gw, pw, p.chunks, stream);
 }
 
 }  // namespace customconv

@@ -146,9 +146,10 @@ __global__ void __launch_bounds__(kGradThreads)
 
 // Sums each of the kTaps accumulators over the kGradThreads threads of the
 // block in a fixed order (a shuffle tree per warp, then the warps in turn)
-// and writes the kTaps sums to dst. Every thread of the block must call it.
-template <int kTaps, typename Acc>
-__device__ inline void store_block_sums(const Acc (&acc)[kTaps], Acc* __restrict__ dst) {
+// and writes the kTaps sums to dst (converted to Dst). Every thread of the
+// block must call it.
+template <int kTaps, typename Acc, typename Dst>
+__device__ inline void store_block_sums(const Acc (&acc)[kTaps], Dst* __restrict__ dst) {
   __shared__ Acc warp_sums[kGradThreads / 32][kTaps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
@@ -161,7 +162,7 @@ __device__ inline void store_block_sums(const Acc (&acc)[kTaps], Acc* __restrict
   for (int t = threadIdx.x; t < kTaps; t += kGradThreads) {
     Acc sum = 0;
     for (int w = 0; w < kGradThreads / 32; ++w) sum += warp_sums[w][t];
-    dst[t] = sum;
+    dst[t] = static_cast<Dst>(sum);
   }
 }
 
@@ -262,6 +263,18 @@ __global__ void weight_grad_finish_kernel(const at::opmath_type<T>* __restrict__
   }
 }
 
+// Stage 2 on `stream`: gw = the `chunks` partial sums of each (weight plane,
+// tap), added in order.
+template <typename T>
+void launch_weight_grad_finish(const at::opmath_type<T>* partial, T* gw, const PlaneWeightGrad& g,
+                               int64_t chunks, cudaStream_t stream) {
+  const int64_t taps = int64_t(g.kh) * g.kw;
+  const int64_t total = g.weight_planes * taps;
+  const int64_t blocks = std::min<int64_t>((total + 255) / 256, int64_t{1} << 20);
+  weight_grad_finish_kernel<T><<<blocks, 256, 0, stream>>>(partial, gw, total, taps, chunks);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 }  // namespace plane_detail
 
 // Plan of a weight-gradient launch; `ok` is false when the geometry does not
@@ -354,11 +367,7 @@ void launch_plane_weight_grad(const T* go, const T* in, at::opmath_type<T>* part
         p.cols, p.pitch);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const int64_t total = g.weight_planes * g.kh * g.kw;
-  const int64_t blocks = std::min<int64_t>((total + 255) / 256, int64_t{1} << 20);
-  weight_grad_finish_kernel<T>
-      <<<blocks, 256, 0, stream>>>(partial, gw, total, int64_t(g.kh) * g.kw, p.chunks);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_weight_grad_finish<T>(partial, gw, g, p.chunks, stream);
 }
 
 }  // namespace customconv

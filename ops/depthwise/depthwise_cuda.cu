@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "ops/common/blocked_correlation.cuh"
+#include "ops/common/blocked_transposed_correlation.cuh"
 #include "ops/common/blocked_weight_grad.cuh"
 #include "ops/common/launch.h"
 #include "ops/common/plane_correlation.cuh"
@@ -171,12 +172,34 @@ bool forward_blocked(const at::Tensor& input, const at::Tensor& weight, const at
   return done;
 }
 
+// Stride 2: each input-gradient element gathers the grad-output samples that
+// reach it (blocked_transposed_correlation.cuh); channel c sums its m output
+// planes.
+bool grad_input_transposed(const at::Tensor& grad_output, const at::Tensor& weight,
+                           const at::Tensor& grad_input, const Dims& d, const Window2d& k,
+                           cudaStream_t stream) {
+  const BlockedTransposed g{int(d.n * d.c), int(d.c), int(d.c * d.mult), int(d.mult),
+                            int(d.h),       int(d.w), int(d.oh),         int(d.ow),
+                            int(k.ph),      int(k.pw)};
+  bool done = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cuda", [&] {
+        done = launch_blocked_transposed<scalar_t>(
+            grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+            grad_input.data_ptr<scalar_t>(), g, grad_output.numel(), grad_input.numel(),
+            int(k.kh), stream);
+      });
+  return done;
+}
+
 // Stride 1: the input gradient is the grad output correlated with the rotated
 // taps, padded by k - 1 - padding; channel c sums its m output planes.
+// Stride 2: grad_input_transposed.
 bool grad_input_blocked(const at::Tensor& grad_output, const at::Tensor& weight,
                         const at::Tensor& grad_input, const Dims& d, const Window2d& k,
                         cudaStream_t stream) {
-  if (!blocked_window(d, k, grad_output) || k.sh != 1) return false;
+  if (!blocked_window(d, k, grad_output)) return false;
+  if (k.sh == 2) return grad_input_transposed(grad_output, weight, grad_input, d, k, stream);
   const BlockedCorrelation g{int(d.n * d.c), int(d.c), int(d.c * d.mult), int(d.mult), 1,
                              int(d.oh), int(d.ow), int(d.h), int(d.w), int(k.kh - 1 - k.ph),
                              int(k.kw - 1 - k.pw), true};
@@ -302,7 +325,9 @@ bool grad_weight_blocked(const at::Tensor& grad_output, const at::Tensor& input,
         const BlockedWeightGradPlan p =
             plan_blocked_weight_grad(g, blocked_weight_grad_cols(g, go, in));
         if (!p.ok) return;
-        const at::Tensor partial = partial_sums<acc_t>(input, g.weight_planes * p.chunks * g.kh * g.kw);
+        // One chunk per weight plane: the kernel writes grad_weight itself.
+        const at::Tensor partial = partial_sums<acc_t>(
+            input, p.chunks > 1 ? g.weight_planes * p.chunks * g.kh * g.kw : 0);
         launch_blocked_weight_grad<scalar_t>(go, in, partial.mutable_data_ptr<acc_t>(),
                                              grad_weight.data_ptr<scalar_t>(), g, p, stream);
         done = true;
@@ -321,7 +346,8 @@ bool grad_weight_tiled(const at::Tensor& grad_output, const at::Tensor& input,
         using acc_t = at::opmath_type<scalar_t>;
         const WeightGradPlan p = plan_weight_grad<acc_t>(g);
         if (!p.ok) return;
-        const at::Tensor partial = partial_sums<acc_t>(input, g.weight_planes * p.chunks * g.kh * g.kw);
+        const at::Tensor partial =
+            partial_sums<acc_t>(input, g.weight_planes * p.chunks * g.kh * g.kw);
         launch_plane_weight_grad<scalar_t>(
             grad_output.const_data_ptr<scalar_t>(), input.const_data_ptr<scalar_t>(),
             partial.mutable_data_ptr<acc_t>(), grad_weight.data_ptr<scalar_t>(), g, p, ZeroBorder{},

@@ -137,6 +137,20 @@ EDGE_CASES = {
                               size=(31, 16), batch=2),
     "stride2_5x5_eights_multiplier2": dict(kernel=(5, 5), padding=(2, 2), stride=(2, 2),
                                            dilation=(1, 1), size=(19, 32), multiplier=2),
+    # Stride-2 input gradients off the vector path: odd and even paddings on
+    # either axis (the kernel's rows and columns start by the padding's parity),
+    # padding wider than the kernel, misaligned tensors.
+    "stride2_3x3_unpadded_odd_sizes": dict(kernel=(3, 3), padding=(0, 0), stride=(2, 2),
+                                           dilation=(1, 1), size=(23, 17), batch=2),
+    "stride2_5x5_uneven_padding": dict(kernel=(5, 5), padding=(3, 1), stride=(2, 2),
+                                       dilation=(1, 1), size=(21, 19), multiplier=2),
+    "stride2_7x7_width12": dict(kernel=(7, 7), padding=(3, 3), stride=(2, 2), dilation=(1, 1),
+                                size=(18, 12), batch=2),
+    "stride2_3x3_wide_padding": dict(kernel=(3, 3), padding=(4, 3), stride=(2, 2),
+                                     dilation=(1, 1), size=(9, 10), batch=2),
+    "stride2_3x3_quads_offset": dict(kernel=(3, 3), padding=(1, 1), stride=(2, 2),
+                                     dilation=(1, 1), size=(9, 16), input_layout="offset",
+                                     grad_layout="offset"),
     "same_3x3_quads_offset": dict(kernel=(3, 3), padding=(1, 1), stride=(1, 1), dilation=(1, 1),
                                   size=(6, 8), input_layout="offset", grad_layout="offset"),
 }
