@@ -90,10 +90,14 @@ class DepthwiseConv2dFunction : public torch::autograd::Function<DepthwiseConv2d
     if (ctx->needs_input_grad(0)) {
       gi = detail::depthwise_conv2d_grad_input(go, input, weight, stride, padding, dilation);
     }
-    if (ctx->needs_input_grad(1)) {
+    const bool need_w = ctx->needs_input_grad(1);
+    const bool need_b = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2);
+    if (need_w && need_b) {  // one pass over go for both
+      std::tie(gw, gb) =
+          detail::depthwise_conv2d_grad_weight_bias(go, input, weight, stride, padding, dilation);
+    } else if (need_w) {
       gw = detail::depthwise_conv2d_grad_weight(go, input, weight, stride, padding, dilation);
-    }
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
+    } else if (need_b) {
       gb = detail::conv2d_grad_bias(go);
     }
     return {gi, gw, gb, at::Tensor(), at::Tensor(), at::Tensor()};
@@ -136,23 +140,6 @@ class TrilinearFunction : public torch::autograd::Function<TrilinearFunction> {
     auto [grad_feats, grad_points] =
         detail::trilinear_interpolation_backward(grads[0], saved[0], saved[1]);
     return {grad_feats, grad_points};
-  }
-};
-
-// The backward op of trilinear_interpolation, refusing a second differentiation.
-class TrilinearBackwardFunction : public torch::autograd::Function<TrilinearBackwardFunction> {
- public:
-  static variable_list forward(AutogradContext*, const at::Tensor& grad_output,
-                               const at::Tensor& feats, const at::Tensor& points) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    auto [grad_feats, grad_points] =
-        detail::trilinear_interpolation_backward(grad_output, feats, points);
-    return {grad_feats, grad_points};
-  }
-  static variable_list backward(AutogradContext*, variable_list) {
-    TORCH_CHECK(false,
-                "customconv::trilinear_interpolation_backward: double backward "
-                "(differentiating a gradient of this op) is not supported");
   }
 };
 
@@ -204,25 +191,58 @@ class Col2imFunction : public torch::autograd::Function<Col2imFunction> {
   }
 };
 
-// The Autograd kernel of a backward op returning one tensor: it runs the op
-// below autograd and, when a gradient of its result is asked for, refuses
-// clearly instead of silently returning none. `Fn` is the op's public C++
-// function, `kName` its name.
+[[noreturn]] void refuse_double_backward(const char* name) {
+  TORCH_CHECK(false, "customconv::", name,
+              ": double backward (differentiating a gradient of this op) is not supported");
+}
+
+// Whether autograd has to record a call with these arguments.
+template <class... Args>
+bool records_graph(const Args&... args) {
+  if (!at::GradMode::is_enabled()) return false;
+  const auto requires = [](const auto& a) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(a)>, at::Tensor>) {
+      return a.defined() && a.requires_grad();
+    } else {
+      return false;
+    }
+  };
+  return (requires(args) || ...);
+}
+
+// The Autograd kernel of a backward op returning one tensor or a pair: it runs
+// the op below autograd and, when a gradient of its result is asked for,
+// refuses clearly instead of silently returning none. `Fn` is the op's public
+// C++ function, `kName` its name. When no argument requires grad (a backward
+// pass without create_graph), it calls the op directly, building no node.
 template <auto Fn, const char* kName>
 struct RefuseDoubleBackward;
 
-template <class... Args, at::Tensor (*Fn)(Args...), const char* kName>
+template <class R, class... Args, R (*Fn)(Args...), const char* kName>
 struct RefuseDoubleBackward<Fn, kName>
     : torch::autograd::Function<RefuseDoubleBackward<Fn, kName>> {
-  static at::Tensor forward(AutogradContext*, Args... args) {
+  static variable_list forward(AutogradContext*, Args... args) {
     at::AutoDispatchBelowADInplaceOrView below;
-    return Fn(args...);
+    if constexpr (std::is_same_v<R, at::Tensor>) {
+      return {Fn(args...)};
+    } else {
+      auto [a, b] = Fn(args...);
+      return {a, b};
+    }
   }
-  static variable_list backward(AutogradContext*, variable_list) {
-    TORCH_CHECK(false, "customconv::", kName,
-                ": double backward (differentiating a gradient of this op) is not supported");
+  static variable_list backward(AutogradContext*, variable_list) { refuse_double_backward(kName); }
+  static R kernel(Args... args) {
+    if (!records_graph(args...)) {
+      at::AutoDispatchBelowADInplaceOrView below;
+      return Fn(args...);
+    }
+    const variable_list out = RefuseDoubleBackward::apply(args...);
+    if constexpr (std::is_same_v<R, at::Tensor>) {
+      return out[0];
+    } else {
+      return {out[0], out[1]};
+    }
   }
-  static at::Tensor kernel(Args... args) { return RefuseDoubleBackward::apply(args...); }
 };
 
 constexpr char kConv2dGradInput[] = "conv2d_grad_input";
@@ -230,8 +250,10 @@ constexpr char kConv2dGradWeight[] = "conv2d_grad_weight";
 constexpr char kConv2dGradBias[] = "conv2d_grad_bias";
 constexpr char kDepthwiseGradInput[] = "depthwise_conv2d_grad_input";
 constexpr char kDepthwiseGradWeight[] = "depthwise_conv2d_grad_weight";
+constexpr char kDepthwiseGradWeightBias[] = "depthwise_conv2d_grad_weight_bias";
 constexpr char kFilter2dGradInput[] = "filter2d_grad_input";
 constexpr char kFilter2dGradKernel[] = "filter2d_grad_kernel";
+constexpr char kTrilinearBackward[] = "trilinear_interpolation_backward";
 
 template <auto Fn, const char* kName>
 void register_once_differentiable(torch::Library& m) {
@@ -259,13 +281,6 @@ at::Tensor trilinear_autograd(const at::Tensor& feats, const at::Tensor& points)
   return TrilinearFunction::apply(feats, points);
 }
 
-std::tuple<at::Tensor, at::Tensor> trilinear_backward_autograd(const at::Tensor& grad_output,
-                                                               const at::Tensor& feats,
-                                                               const at::Tensor& points) {
-  const auto grads = TrilinearBackwardFunction::apply(grad_output, feats, points);
-  return {grads[0], grads[1]};
-}
-
 at::Tensor im2col_autograd(const at::Tensor& input, c10::IntArrayRef kernel_size,
                            c10::IntArrayRef stride, c10::IntArrayRef padding,
                            c10::IntArrayRef dilation) {
@@ -285,7 +300,6 @@ TORCH_LIBRARY_IMPL(customconv, Autograd, m) {
   m.impl("depthwise_conv2d", &depthwise_conv2d_autograd);
   m.impl("filter2d", &filter2d_autograd);
   m.impl("trilinear_interpolation", &trilinear_autograd);
-  m.impl("trilinear_interpolation_backward", &trilinear_backward_autograd);
   m.impl("im2col", &im2col_autograd);
   m.impl("col2im", &col2im_autograd);
   register_once_differentiable<&detail::conv2d_grad_input, kConv2dGradInput>(m);
@@ -293,8 +307,11 @@ TORCH_LIBRARY_IMPL(customconv, Autograd, m) {
   register_once_differentiable<&detail::conv2d_grad_bias, kConv2dGradBias>(m);
   register_once_differentiable<&detail::depthwise_conv2d_grad_input, kDepthwiseGradInput>(m);
   register_once_differentiable<&detail::depthwise_conv2d_grad_weight, kDepthwiseGradWeight>(m);
+  register_once_differentiable<&detail::depthwise_conv2d_grad_weight_bias,
+                               kDepthwiseGradWeightBias>(m);
   register_once_differentiable<&detail::filter2d_grad_input, kFilter2dGradInput>(m);
   register_once_differentiable<&detail::filter2d_grad_kernel, kFilter2dGradKernel>(m);
+  register_once_differentiable<&detail::trilinear_interpolation_backward, kTrilinearBackward>(m);
 }
 
 }  // namespace customconv

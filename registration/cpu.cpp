@@ -66,6 +66,13 @@ at::Tensor depthwise_conv2d_grad_weight_cpu(const at::Tensor& grad_output, const
                                            stride, padding, dilation);
 }
 
+std::tuple<at::Tensor, at::Tensor> depthwise_conv2d_grad_weight_bias_cpu(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  return depthwise_conv2d_grad_weight_bias_impl(cpu_depthwise_kernels(), grad_output, input, weight,
+                                                stride, padding, dilation);
+}
+
 at::Tensor filter2d_cpu(const at::Tensor& input, const at::Tensor& kernel,
                         c10::string_view border) {
   return filter2d_impl(cpu_filter2d_kernels(), input, kernel, border);
@@ -101,6 +108,7 @@ TORCH_LIBRARY_IMPL(customconv, CPU, m) {
   m.impl("depthwise_conv2d", &depthwise_conv2d_cpu);
   m.impl("depthwise_conv2d_grad_input", &depthwise_conv2d_grad_input_cpu);
   m.impl("depthwise_conv2d_grad_weight", &depthwise_conv2d_grad_weight_cpu);
+  m.impl("depthwise_conv2d_grad_weight_bias", &depthwise_conv2d_grad_weight_bias_cpu);
   m.impl("filter2d", &filter2d_cpu);
   m.impl("filter2d_grad_input", &filter2d_grad_input_cpu);
   m.impl("filter2d_grad_kernel", &filter2d_grad_kernel_cpu);

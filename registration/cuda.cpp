@@ -87,6 +87,14 @@ at::Tensor depthwise_conv2d_grad_weight_cuda(const at::Tensor& grad_output, cons
                                            stride, padding, dilation);
 }
 
+std::tuple<at::Tensor, at::Tensor> depthwise_conv2d_grad_weight_bias_cuda(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
+  return depthwise_conv2d_grad_weight_bias_impl(cuda_depthwise_kernels(), grad_output, input,
+                                                weight, stride, padding, dilation);
+}
+
 at::Tensor filter2d_cuda(const at::Tensor& input, const at::Tensor& kernel,
                          c10::string_view border) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(input));
@@ -127,6 +135,7 @@ TORCH_LIBRARY_IMPL(customconv, CUDA, m) {
   m.impl("depthwise_conv2d", &depthwise_conv2d_cuda);
   m.impl("depthwise_conv2d_grad_input", &depthwise_conv2d_grad_input_cuda);
   m.impl("depthwise_conv2d_grad_weight", &depthwise_conv2d_grad_weight_cuda);
+  m.impl("depthwise_conv2d_grad_weight_bias", &depthwise_conv2d_grad_weight_bias_cuda);
   m.impl("filter2d", &filter2d_cuda);
   m.impl("filter2d_grad_input", &filter2d_grad_input_cuda);
   m.impl("filter2d_grad_kernel", &filter2d_grad_kernel_cuda);

@@ -81,6 +81,15 @@ at::Tensor depthwise_conv2d_grad_weight_meta(const at::Tensor& grad_output, cons
                              padding, dilation, weight);
 }
 
+std::tuple<at::Tensor, at::Tensor> depthwise_conv2d_grad_weight_bias_meta(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  const auto s = check_depthwise_conv2d_backward<Sym>(
+      "depthwise_conv2d_grad_weight_bias", grad_output, input, weight, stride, padding, dilation);
+  return {at::empty_symint(weight.sym_sizes(), weight.options()),
+          at::empty_symint({s.k}, grad_output.options())};
+}
+
 at::Tensor filter2d_meta(const at::Tensor& input, const at::Tensor& kernel,
                          c10::string_view border) {
   check_filter2d<Sym>("filter2d", input, kernel, border);
@@ -142,6 +151,7 @@ TORCH_LIBRARY_IMPL(customconv, Meta, m) {
   m.impl("depthwise_conv2d", &depthwise_conv2d_meta);
   m.impl("depthwise_conv2d_grad_input", &depthwise_conv2d_grad_input_meta);
   m.impl("depthwise_conv2d_grad_weight", &depthwise_conv2d_grad_weight_meta);
+  m.impl("depthwise_conv2d_grad_weight_bias", &depthwise_conv2d_grad_weight_bias_meta);
   m.impl("filter2d", &filter2d_meta);
   m.impl("filter2d_grad_input", &filter2d_grad_input_meta);
   m.impl("filter2d_grad_kernel", &filter2d_grad_kernel_meta);

@@ -19,6 +19,9 @@ using DepthwiseSig = at::Tensor(const at::Tensor&, const at::Tensor&,
                                 c10::IntArrayRef, c10::IntArrayRef);
 using DepthwiseGradSig = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                     c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef);
+using TensorPair = std::tuple<at::Tensor, at::Tensor>;
+using DepthwiseGradPairSig = TensorPair(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                        c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef);
 using Filter2dSig = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view);
 using Filter2dGradKernelSig = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                          c10::string_view);
@@ -106,6 +109,14 @@ at::Tensor depthwise_conv2d_grad_weight(const at::Tensor& grad_output, const at:
   return op.call(grad_output, input, weight, stride, padding, dilation);
 }
 
+std::tuple<at::Tensor, at::Tensor> depthwise_conv2d_grad_weight_bias(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  static const auto op =
+      handle<DepthwiseGradPairSig>("customconv::depthwise_conv2d_grad_weight_bias");
+  return op.call(grad_output, input, weight, stride, padding, dilation);
+}
+
 at::Tensor filter2d_grad_input(const at::Tensor& grad_output, const at::Tensor& kernel,
                                c10::string_view border) {
   static const auto op = handle<Filter2dSig>("customconv::filter2d_grad_input");
@@ -121,9 +132,9 @@ at::Tensor filter2d_grad_kernel(const at::Tensor& grad_output, const at::Tensor&
 std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_backward(const at::Tensor& grad_output,
                                                                     const at::Tensor& feats,
                                                                     const at::Tensor& points) {
-  static const auto op = handle<std::tuple<at::Tensor, at::Tensor>(
-      const at::Tensor&, const at::Tensor&, const at::Tensor&)>(
-      "customconv::trilinear_interpolation_backward");
+  static const auto op =
+      handle<TensorPair(const at::Tensor&, const at::Tensor&, const at::Tensor&)>(
+          "customconv::trilinear_interpolation_backward");
   return op.call(grad_output, feats, points);
 }
 

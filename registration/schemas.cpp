@@ -43,6 +43,11 @@ TORCH_LIBRARY(customconv, m) {
       "depthwise_conv2d_grad_weight(Tensor grad_output, Tensor input, Tensor weight, "
       "int[2] stride, int[2] padding, int[2] dilation) -> Tensor",
       tags);
+  // depthwise_conv2d's weight and bias gradients in one pass over grad_output.
+  m.def(
+      "depthwise_conv2d_grad_weight_bias(Tensor grad_output, Tensor input, Tensor weight, "
+      "int[2] stride, int[2] padding, int[2] dilation) -> (Tensor, Tensor)",
+      tags);
   m.def(
       "trilinear_interpolation_backward(Tensor grad_output, Tensor feats, Tensor points) "
       "-> (Tensor, Tensor)",

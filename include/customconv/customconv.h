@@ -82,6 +82,10 @@ CUSTOMCONV_API at::Tensor depthwise_conv2d_grad_input(
 CUSTOMCONV_API at::Tensor depthwise_conv2d_grad_weight(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation);
+// (grad_weight, grad_bias), in one pass over grad_output where the device can.
+CUSTOMCONV_API std::tuple<at::Tensor, at::Tensor> depthwise_conv2d_grad_weight_bias(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation);
 
 CUSTOMCONV_API at::Tensor filter2d_grad_input(const at::Tensor& grad_output,
                                               const at::Tensor& kernel, c10::string_view border);

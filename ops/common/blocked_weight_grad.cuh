@@ -37,12 +37,13 @@ namespace plane_detail {
 // row ys + m - a through tap row p + a * S. Grad-output rows outside the
 // strip, and columns past the plane (kFull false), are skipped rather than
 // multiplied by zero, so an Inf in the input they would meet does not turn
-// the sum into NaN.
+// the sum into NaN. bsum gathers the item's grad-output values (the bias
+// gradient's share).
 template <typename T, int K, int S, int V, bool kVectors, bool kFull, typename Acc>
 __device__ __forceinline__ void add_blocked_item(const T* __restrict__ gop,
                                                  const T* __restrict__ inp,
                                                  const BlockedCorrelation& g, int ys, int se,
-                                                 int x0, int vr, Acc (&acc)[K * K]) {
+                                                 int x0, int vr, Acc (&acc)[K * K], Acc& bsum) {
   constexpr int kCols = (V - 1) * S + K;
   constexpr int kWin = (K - 1) / S + 1;  // grad-output rows one input row meets
   bool col_ok[kCols];
@@ -72,13 +73,15 @@ __device__ __forceinline__ void add_blocked_item(const T* __restrict__ gop,
 #pragma unroll
         for (int r = 0; r < V; ++r) win[0][r] = kFull || r < vr ? static_cast<Acc>(row[r]) : Acc(0);
       }
+#pragma unroll
+      for (int r = 0; r < V; ++r) bsum += win[0][r];
     }
 #pragma unroll
     for (int p = 0; p < S; ++p) {
       if (m * S + p >= steps) break;
       Acc vals[kCols];
-      load_blocked_row<T, Acc, K, S, V, kVectors>(inp, (ys + m) * S - g.ph + p, x0, ix0, g,
-                                                  col_ok, vals);
+      load_blocked_row<T, Acc, K, S, V, kVectors>(inp, (ys + m) * S - g.ph + p, x0, ix0, g, col_ok,
+                                                  vals);
 #pragma unroll
       for (int a = 0; a < kWin; ++a) {
         const int i = p + a * S;
@@ -98,14 +101,16 @@ __device__ __forceinline__ void add_blocked_item(const T* __restrict__ gop,
 // blockIdx.y of its items; item u (column block fastest, then strip, then
 // term) goes to thread u mod kBlockedThreads of the chunk's block, so a warp
 // reads neighbouring columns of a row. Each thread sums all K*K taps over its
-// items in registers; store_block_sums then reduces the block in a fixed
-// order, into the partial sums, or straight into gw when a weight plane has
-// one chunk.
+// items in registers, and the sum of the grad output it meets (the bias
+// gradient); store_block_sums then reduces the block in a fixed order, into
+// the partial sums (K*K + 1 per chunk), or straight into gw and gb when a
+// weight plane has one chunk. gb may be null: no bias gradient.
 template <typename T, int K, int S, int V, bool kVectors>
 __global__ void __launch_bounds__(kBlockedThreads)
     blocked_weight_grad_kernel(const T* __restrict__ go, const T* __restrict__ in,
                                at::opmath_type<T>* __restrict__ partial, T* __restrict__ gw,
-                               PlaneWeightGrad pw, BlockedCorrelation g, BlockedWeightGradPlan p) {
+                               T* __restrict__ gb, PlaneWeightGrad pw, BlockedCorrelation g,
+                               BlockedWeightGradPlan p) {
   using acc_t = at::opmath_type<T>;
   static_assert(kBlockedThreads == kGradThreads, "store_block_sums spans kGradThreads threads");
   const int64_t wp = blockIdx.x;
@@ -116,6 +121,7 @@ __global__ void __launch_bounds__(kBlockedThreads)
   acc_t acc[K * K];
 #pragma unroll
   for (int t = 0; t < K * K; ++t) acc[t] = acc_t(0);
+  acc_t bsum = 0;
   for (int u = u0 + threadIdx.x; u < u1; u += kBlockedThreads) {
     const int cb = u % p.col_blocks, rest = u / p.col_blocks;
     const int s = rest % p.strips, t = rest / p.strips;
@@ -124,26 +130,38 @@ __global__ void __launch_bounds__(kBlockedThreads)
     const T* gop = go + (t * pw.go_term_stride + wp) * out_plane;
     const T* inp = in + (t * pw.in_term_stride + wp / pw.mult) * in_plane;
     if (kVectors || vr == V) {
-      add_blocked_item<T, K, S, V, kVectors, true>(gop, inp, g, ys, se, x0, vr, acc);
+      add_blocked_item<T, K, S, V, kVectors, true>(gop, inp, g, ys, se, x0, vr, acc, bsum);
     } else {
-      add_blocked_item<T, K, S, V, kVectors, false>(gop, inp, g, ys, se, x0, vr, acc);
+      add_blocked_item<T, K, S, V, kVectors, false>(gop, inp, g, ys, se, x0, vr, acc, bsum);
     }
   }
+  constexpr int kEntries = K * K + 1;
+  acc_t sums[kEntries];
+#pragma unroll
+  for (int t = 0; t < K * K; ++t) sums[t] = acc[t];
+  sums[K * K] = bsum;
   if (chunks == 1) {
-    store_block_sums<K * K>(acc, gw + wp * K * K);
+    store_block_sums<kEntries>(sums, [&](int t, acc_t sum) {
+      if (t < K * K) {
+        gw[wp * K * K + t] = static_cast<T>(sum);
+      } else if (gb != nullptr) {
+        gb[wp] = static_cast<T>(sum);
+      }
+    });
   } else {
-    store_block_sums<K * K>(acc, partial + (wp * chunks + chunk) * K * K);
+    acc_t* dst = partial + (wp * chunks + chunk) * kEntries;
+    store_block_sums<kEntries>(sums, [&](int t, acc_t sum) { dst[t] = sum; });
   }
 }
 
 template <typename T, int K, int S, int V, bool kVectors>
 void launch_blocked_weight_grad_variant(const T* go, const T* in, at::opmath_type<T>* partial,
-                                        T* gw, const PlaneWeightGrad& pw,
+                                        T* gw, T* gb, const PlaneWeightGrad& pw,
                                         const BlockedCorrelation& g, const BlockedWeightGradPlan& p,
                                         cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(pw.weight_planes), static_cast<unsigned>(p.chunks));
   blocked_weight_grad_kernel<T, K, S, V, kVectors>
-      <<<grid, kBlockedThreads, 0, stream>>>(go, in, partial, gw, pw, g, p);
+      <<<grid, kBlockedThreads, 0, stream>>>(go, in, partial, gw, gb, pw, g, p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -197,31 +215,38 @@ int blocked_weight_grad_cols(const PlaneWeightGrad& g, const T* go, const T* in)
 }
 
 // Stage 1 (the blocked kernel) and stage 2 (the chunks added in order) on
-// `stream`. `partial` holds weight_planes * p.chunks * k * k accumulators when
-// p.chunks > 1 and may be null otherwise: with one chunk, stage 1 writes gw
-// itself and stage 2 is skipped. p comes from
-// plan_blocked_weight_grad(g, blocked_weight_grad_cols(g, go, in)).
+// `stream`, writing gw and, when gb is not null, the bias gradient gb (the
+// grad output summed per weight plane). `partial` holds
+// blocked_weight_grad_partials(pw, p) accumulators and may be null when that
+// is 0: with one chunk, stage 1 writes gw and gb itself and stage 2 is
+// skipped. p comes from plan_blocked_weight_grad(g, blocked_weight_grad_cols(g, go, in)).
+inline int64_t blocked_weight_grad_partials(const PlaneWeightGrad& g,
+                                            const BlockedWeightGradPlan& p) {
+  return p.chunks > 1 ? g.weight_planes * p.chunks * (int64_t(g.kh) * g.kw + 1) : 0;
+}
+
 template <typename T>
-void launch_blocked_weight_grad(const T* go, const T* in, at::opmath_type<T>* partial, T* gw,
+void launch_blocked_weight_grad(const T* go, const T* in, at::opmath_type<T>* partial, T* gw, T* gb,
                                 const PlaneWeightGrad& pw, const BlockedWeightGradPlan& p,
                                 cudaStream_t stream) {
   using namespace plane_detail;
-  const BlockedCorrelation g{0,        0,        0,     1,     1,    pw.in_h, pw.in_w,
-                             pw.out_h, pw.out_w, pw.ph, pw.pw, false};
+  const BlockedCorrelation g{0,       0,        0,        1,     1,     pw.in_h,
+                             pw.in_w, pw.out_h, pw.out_w, pw.ph, pw.pw, false};
   const bool vectors = blocked_weight_grad_vectors(pw, go, in, p.cols);
   const auto run = [&](auto k, auto s) {
     constexpr int K = decltype(k)::value, S = decltype(s)::value;
     if constexpr (sizeof(T) == 2 && K <= 5) {
       if (p.cols == 8) {
-        return launch_blocked_weight_grad_variant<T, K, S, 8, true>(go, in, partial, gw, pw, g, p,
-                                                                    stream);
+        return launch_blocked_weight_grad_variant<T, K, S, 8, true>(go, in, partial, gw, gb, pw, g,
+                                                                    p, stream);
       }
     }
     if (vectors) {
-      return launch_blocked_weight_grad_variant<T, K, S, 4, true>(go, in, partial, gw, pw, g, p,
+      return launch_blocked_weight_grad_variant<T, K, S, 4, true>(go, in, partial, gw, gb, pw, g, p,
                                                                   stream);
     }
-    launch_blocked_weight_grad_variant<T, K, S, 4, false>(go, in, partial, gw, pw, g, p, stream);
+    launch_blocked_weight_grad_variant<T, K, S, 4, false>(go, in, partial, gw, gb, pw, g, p,
+                                                          stream);
   };
   const auto run_k = [&](auto s) {
     if (pw.kh == 3) {
@@ -237,7 +262,9 @@ void launch_blocked_weight_grad(const T* go, const T* in, at::opmath_type<T>* pa
   } else {
     run_k(std::integral_constant<int, 2>{});
   }
-  if (p.chunks > 1) launch_weight_grad_finish<T>(partial, gw, pw, p.chunks, stream);
+  if (p.chunks > 1) {
+    launch_weight_grad_finish<T>(partial, gw, gb, pw, int64_t(pw.kh) * pw.kw + 1, p.chunks, stream);
+  }
 }
 
 }  // namespace customconv

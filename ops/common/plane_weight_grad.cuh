@@ -146,10 +146,9 @@ __global__ void __launch_bounds__(kGradThreads)
 
 // Sums each of the kTaps accumulators over the kGradThreads threads of the
 // block in a fixed order (a shuffle tree per warp, then the warps in turn)
-// and writes the kTaps sums to dst (converted to Dst). Every thread of the
-// block must call it.
-template <int kTaps, typename Acc, typename Dst>
-__device__ inline void store_block_sums(const Acc (&acc)[kTaps], Dst* __restrict__ dst) {
+// and hands sum t to store(t, sum). Every thread of the block must call it.
+template <int kTaps, typename Acc, typename Store>
+__device__ inline void store_block_sums(const Acc (&acc)[kTaps], Store store) {
   __shared__ Acc warp_sums[kGradThreads / 32][kTaps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
@@ -162,7 +161,7 @@ __device__ inline void store_block_sums(const Acc (&acc)[kTaps], Dst* __restrict
   for (int t = threadIdx.x; t < kTaps; t += kGradThreads) {
     Acc sum = 0;
     for (int w = 0; w < kGradThreads / 32; ++w) sum += warp_sums[w][t];
-    dst[t] = static_cast<Dst>(sum);
+    store(t, sum);
   }
 }
 
@@ -244,34 +243,43 @@ __global__ void __launch_bounds__(kGradThreads)
     }
   }
 
-  store_block_sums<kTaps>(acc, partial + (wp * chunks + chunk) * kTaps);
+  acc_t* dst = partial + (wp * chunks + chunk) * kTaps;
+  store_block_sums<kTaps>(acc, [&](int t, acc_t sum) { dst[t] = sum; });
 }
 
-// One thread per (weight plane, tap): adds the chunks' partial sums in order.
+// One thread per (weight plane, entry): adds the chunks' partial sums in
+// order. A weight plane's partials hold `entries` sums per chunk: its taps,
+// then (entries == taps + 1) its bias gradient, written to gb unless null.
 template <typename T>
 __global__ void weight_grad_finish_kernel(const at::opmath_type<T>* __restrict__ partial,
-                                          T* __restrict__ gw, int64_t total, int64_t taps,
-                                          int64_t chunks) {
+                                          T* __restrict__ gw, T* __restrict__ gb, int64_t total,
+                                          int64_t taps, int64_t entries, int64_t chunks) {
   using acc_t = at::opmath_type<T>;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t wp = idx / taps, tap = idx % taps;
-    const acc_t* src = partial + wp * chunks * taps + tap;
+    const int64_t wp = idx / entries, e = idx % entries;
+    const acc_t* src = partial + wp * chunks * entries + e;
     acc_t sum = 0;
-    for (int64_t c = 0; c < chunks; ++c) sum += src[c * taps];
-    gw[idx] = static_cast<T>(sum);
+    for (int64_t c = 0; c < chunks; ++c) sum += src[c * entries];
+    if (e < taps) {
+      gw[wp * taps + e] = static_cast<T>(sum);
+    } else if (gb != nullptr) {
+      gb[wp] = static_cast<T>(sum);
+    }
   }
 }
 
-// Stage 2 on `stream`: gw = the `chunks` partial sums of each (weight plane,
-// tap), added in order.
+// Stage 2 on `stream`: gw (and gb, when the partials carry a bias entry) =
+// the `chunks` partial sums of each weight plane, added in order.
 template <typename T>
-void launch_weight_grad_finish(const at::opmath_type<T>* partial, T* gw, const PlaneWeightGrad& g,
-                               int64_t chunks, cudaStream_t stream) {
+void launch_weight_grad_finish(const at::opmath_type<T>* partial, T* gw, T* gb,
+                               const PlaneWeightGrad& g, int64_t entries, int64_t chunks,
+                               cudaStream_t stream) {
   const int64_t taps = int64_t(g.kh) * g.kw;
-  const int64_t total = g.weight_planes * taps;
+  const int64_t total = g.weight_planes * entries;
   const int64_t blocks = std::min<int64_t>((total + 255) / 256, int64_t{1} << 20);
-  weight_grad_finish_kernel<T><<<blocks, 256, 0, stream>>>(partial, gw, total, taps, chunks);
+  weight_grad_finish_kernel<T>
+      <<<blocks, 256, 0, stream>>>(partial, gw, gb, total, taps, entries, chunks);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -367,7 +375,7 @@ void launch_plane_weight_grad(const T* go, const T* in, at::opmath_type<T>* part
         p.cols, p.pitch);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  launch_weight_grad_finish<T>(partial, gw, g, p.chunks, stream);
+  launch_weight_grad_finish<T>(partial, gw, nullptr, g, int64_t(g.kh) * g.kw, p.chunks, stream);
 }
 
 }  // namespace customconv

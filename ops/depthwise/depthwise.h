@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <optional>
+#include <tuple>
 
 #include "ops/common/window.h"
 
@@ -23,6 +24,13 @@ struct DepthwiseKernels {
   // A reduction over batch and space, in a fixed order (deterministic).
   void (*grad_weight)(const at::Tensor& grad_output, const at::Tensor& input,
                       const at::Tensor& grad_weight, const Window2d& win, int64_t mult);
+  // Optional (null where the device has none): grad_weight and, in the same
+  // pass over grad_output, the bias gradient (grad_output summed over batch
+  // and space per channel), in a fixed order. Returns false, writing nothing,
+  // when it does not take the geometry.
+  bool (*grad_weight_bias)(const at::Tensor& grad_output, const at::Tensor& input,
+                           const at::Tensor& grad_weight, const at::Tensor& grad_bias,
+                           const Window2d& win, int64_t mult);
 };
 
 DepthwiseKernels cpu_depthwise_kernels();
@@ -44,5 +52,11 @@ at::Tensor depthwise_conv2d_grad_weight_impl(const DepthwiseKernels& kernels,
                                              const at::Tensor& grad_output, const at::Tensor& input,
                                              const at::Tensor& weight, c10::IntArrayRef stride,
                                              c10::IntArrayRef padding, c10::IntArrayRef dilation);
+
+// The weight and bias gradients together: (grad_weight, grad_bias).
+std::tuple<at::Tensor, at::Tensor> depthwise_conv2d_grad_weight_bias_impl(
+    const DepthwiseKernels& kernels, const at::Tensor& grad_output, const at::Tensor& input,
+    const at::Tensor& weight, c10::IntArrayRef stride, c10::IntArrayRef padding,
+    c10::IntArrayRef dilation);
 
 }  // namespace customconv

@@ -821,7 +821,7 @@ void grad_weight_cpu(const at::Tensor& grad_output, const at::Tensor& input,
 }  // namespace
 
 DepthwiseKernels cpu_depthwise_kernels() {
-  return {&forward_cpu, &grad_input_cpu, &grad_weight_cpu};
+  return {&forward_cpu, &grad_input_cpu, &grad_weight_cpu, nullptr};
 }
 
 }  // namespace customconv

@@ -178,16 +178,15 @@ bool forward_blocked(const at::Tensor& input, const at::Tensor& weight, const at
 bool grad_input_transposed(const at::Tensor& grad_output, const at::Tensor& weight,
                            const at::Tensor& grad_input, const Dims& d, const Window2d& k,
                            cudaStream_t stream) {
-  const BlockedTransposed g{int(d.n * d.c), int(d.c), int(d.c * d.mult), int(d.mult),
-                            int(d.h),       int(d.w), int(d.oh),         int(d.ow),
-                            int(k.ph),      int(k.pw)};
+  const BlockedTransposed g{int(d.n * d.c), int(d.c),  int(d.c * d.mult), int(d.mult), int(d.h),
+                            int(d.w),       int(d.oh), int(d.ow),         int(k.ph),   int(k.pw)};
   bool done = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cuda", [&] {
         done = launch_blocked_transposed<scalar_t>(
             grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-            grad_input.data_ptr<scalar_t>(), g, grad_output.numel(), grad_input.numel(),
-            int(k.kh), stream);
+            grad_input.data_ptr<scalar_t>(), g, grad_output.numel(), grad_input.numel(), int(k.kh),
+            stream);
       });
   return done;
 }
@@ -208,8 +207,8 @@ bool grad_input_blocked(const at::Tensor& grad_output, const at::Tensor& weight,
       at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_conv2d_grad_input_cuda", [&] {
         done = launch_blocked_correlation<scalar_t>(
             grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(), nullptr,
-            grad_input.data_ptr<scalar_t>(), g, grad_output.numel(), grad_input.numel(),
-            int(k.kh), 1, stream);
+            grad_input.data_ptr<scalar_t>(), g, grad_output.numel(), grad_input.numel(), int(k.kh),
+            1, stream);
       });
   return done;
 }
@@ -309,9 +308,10 @@ at::Tensor partial_sums(const at::Tensor& like, int64_t count) {
   return at::empty({count}, like.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
 }
 
+// grad_bias, when defined, gets the bias gradient from the same pass.
 bool grad_weight_blocked(const at::Tensor& grad_output, const at::Tensor& input,
-                         const at::Tensor& grad_weight, const Dims& d, const Window2d& k,
-                         cudaStream_t stream) {
+                         const at::Tensor& grad_weight, const at::Tensor& grad_bias, const Dims& d,
+                         const Window2d& k, cudaStream_t stream) {
   PlaneWeightGrad g;
   if (!weight_grad_geometry(d, k, g) || !blocked_weight_grad_takes(g, input.element_size())) {
     return false;
@@ -325,11 +325,10 @@ bool grad_weight_blocked(const at::Tensor& grad_output, const at::Tensor& input,
         const BlockedWeightGradPlan p =
             plan_blocked_weight_grad(g, blocked_weight_grad_cols(g, go, in));
         if (!p.ok) return;
-        // One chunk per weight plane: the kernel writes grad_weight itself.
-        const at::Tensor partial = partial_sums<acc_t>(
-            input, p.chunks > 1 ? g.weight_planes * p.chunks * g.kh * g.kw : 0);
-        launch_blocked_weight_grad<scalar_t>(go, in, partial.mutable_data_ptr<acc_t>(),
-                                             grad_weight.data_ptr<scalar_t>(), g, p, stream);
+        const at::Tensor partial = partial_sums<acc_t>(input, blocked_weight_grad_partials(g, p));
+        launch_blocked_weight_grad<scalar_t>(
+            go, in, partial.mutable_data_ptr<acc_t>(), grad_weight.data_ptr<scalar_t>(),
+            grad_bias.defined() ? grad_bias.data_ptr<scalar_t>() : nullptr, g, p, stream);
         done = true;
       });
   return done;
@@ -401,7 +400,7 @@ void grad_weight_cuda(const at::Tensor& grad_output, const at::Tensor& input,
   if (blocks == 0) return;
   auto stream = at::cuda::getCurrentCUDAStream();
   const Dims d = dims_of(input, grad_output, mult);
-  if (grad_weight_blocked(grad_output, input, grad_weight, d, win, stream)) return;
+  if (grad_weight_blocked(grad_output, input, grad_weight, at::Tensor(), d, win, stream)) return;
   if (grad_weight_tiled(grad_output, input, grad_weight, d, win, stream)) return;
   TORCH_CHECK(blocks < (int64_t{1} << 31), "depthwise_conv2d_grad_weight: weight has ", blocks,
               " elements; at most 2^31 - 1 are supported");
@@ -414,10 +413,22 @@ void grad_weight_cuda(const at::Tensor& grad_output, const at::Tensor& input,
       });
 }
 
+// The blocked weight gradient adds up the bias gradient on the way; the other
+// routes leave it to the caller.
+bool grad_weight_bias_cuda(const at::Tensor& grad_output, const at::Tensor& input,
+                           const at::Tensor& grad_weight, const at::Tensor& grad_bias,
+                           const Window2d& win, int64_t mult) {
+  const c10::cuda::CUDAGuard guard(input.device());
+  if (grad_weight.numel() == 0 || grad_output.numel() == 0) return false;
+  return grad_weight_blocked(grad_output, input, grad_weight, grad_bias,
+                             dims_of(input, grad_output, mult), win,
+                             at::cuda::getCurrentCUDAStream());
+}
+
 }  // namespace
 
 DepthwiseKernels cuda_depthwise_kernels() {
-  return {&forward_cuda, &grad_input_cuda, &grad_weight_cuda};
+  return {&forward_cuda, &grad_input_cuda, &grad_weight_cuda, &grad_weight_bias_cuda};
 }
 
 }  // namespace customconv

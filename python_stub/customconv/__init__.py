@@ -39,6 +39,7 @@ OPS = (
     "conv2d_grad_bias",
     "depthwise_conv2d_grad_input",
     "depthwise_conv2d_grad_weight",
+    "depthwise_conv2d_grad_weight_bias",
     "filter2d_grad_input",
     "filter2d_grad_kernel",
     "trilinear_interpolation_backward",

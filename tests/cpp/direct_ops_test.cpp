@@ -165,6 +165,7 @@ std::string schema_string(const char* name) {
 const char* const kDirectOps[] = {"customconv::depthwise_conv2d",
                                   "customconv::depthwise_conv2d_grad_input",
                                   "customconv::depthwise_conv2d_grad_weight",
+                                  "customconv::depthwise_conv2d_grad_weight_bias",
                                   "customconv::filter2d",
                                   "customconv::filter2d_grad_input",
                                   "customconv::filter2d_grad_kernel",
@@ -188,6 +189,9 @@ TEST(DirectOpRegistrationTest, BackwardOpsAreOpsOfTheirOwn) {
   EXPECT_EQ(schema_string("customconv::depthwise_conv2d_grad_weight"),
             "customconv::depthwise_conv2d_grad_weight(Tensor grad_output, Tensor input, "
             "Tensor weight, int[2] stride, int[2] padding, int[2] dilation) -> Tensor");
+  EXPECT_EQ(schema_string("customconv::depthwise_conv2d_grad_weight_bias"),
+            "customconv::depthwise_conv2d_grad_weight_bias(Tensor grad_output, Tensor input, "
+            "Tensor weight, int[2] stride, int[2] padding, int[2] dilation) -> (Tensor, Tensor)");
   EXPECT_EQ(schema_string("customconv::filter2d_grad_input"),
             "customconv::filter2d_grad_input(Tensor grad_output, Tensor kernel, str border) "
             "-> Tensor");
@@ -390,6 +394,10 @@ TEST_P(DepthwiseConv2dTest, BackwardOpsComputeTheGradientsOfGroupedTorchConv2d) 
         rg[1], kF64))
         << "grad weight";
     EXPECT_TRUE(close_to(customconv::detail::conv2d_grad_bias(g), rg[2], kF64)) << "grad bias";
+    const auto [gw, gb] = customconv::detail::depthwise_conv2d_grad_weight_bias(
+        g, x, w, c.stride, c.padding, c.dilation);
+    EXPECT_TRUE(close_to(gw, rg[1], kF64)) << "grad weight (with bias)";
+    EXPECT_TRUE(close_to(gb, rg[2], kF64)) << "grad bias (with weight)";
   }
 }
 

@@ -109,6 +109,11 @@ def depthwise_out(device):
     return ops.depthwise_conv2d(x, w, None, [1, 1], [1, 1], [1, 1]), (x, w)
 
 
+def depthwise_bias_out(device):
+    x, w, b = leaves(device, (2, 4, 5, 5), (8, 1, 3, 3), (8,))
+    return ops.depthwise_conv2d(x, w, b, [1, 1], [1, 1], [1, 1]), (w, b)
+
+
 def filter2d_out(device):
     x, k = leaves(device, (2, 5, 6), (3, 3))
     return ops.filter2d(x, k, "reflect"), (x, k)
@@ -305,6 +310,9 @@ ERRORS = {
     "depthwise_conv2d-double-backward": (
         lambda d: double_backward(lambda: depthwise_out(d)),
         r"customconv::depthwise_conv2d_grad_(input|weight): " + DOUBLE_BACKWARD, False),
+    "depthwise_conv2d-with-bias-double-backward": (
+        lambda d: double_backward(lambda: depthwise_bias_out(d)),
+        r"customconv::depthwise_conv2d_grad_weight_bias: " + DOUBLE_BACKWARD, False),
     # ---------------------------------------------------------------- filter2d
     "filter2d-kernel-0-dims": (lambda d: filter2d(d, k=()), r"filter2d: kernel must have 2 dims; got 0",
                                True),

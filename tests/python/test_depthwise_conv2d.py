@@ -186,6 +186,10 @@ def test_depthwise_backward_ops_called_directly_match_torch(device, rng, gen, se
         "grad_weight": ops.depthwise_conv2d_grad_weight(go, x, w, stride, padding, dilation),
         "grad_bias": ops.conv2d_grad_bias(go),
     }
+    gw, gb = ops.depthwise_conv2d_grad_weight_bias(go, x, w, stride, padding, dilation)
+    got.update({"grad_weight (with bias)": gw, "grad_bias (with weight)": gb})
+    ref.update({"grad_weight (with bias)": ref["grad_weight"],
+                "grad_bias (with weight)": ref["grad_bias"]})
     for name, g in got.items():
         torch.testing.assert_close(g.cpu(), ref[name][0], rtol=1e-10, atol=1e-10,
                                    msg=lambda m: f"seed={seed} {name} {cfg}: {m}")

@@ -369,6 +369,12 @@ CASES = {
     "depthwise_conv2d_grad_weight-stride-zero": (
         lambda d: depthwise_grad("depthwise_conv2d_grad_weight", d, stride=(0, 0)),
         r"depthwise_conv2d_grad_weight: stride must be positive", True),
+    "depthwise_conv2d_grad_weight_bias-grad-output-wrong-channels": (
+        lambda d: depthwise_grad("depthwise_conv2d_grad_weight_bias", d, go=(2, 4, 5, 5)),
+        r"depthwise_conv2d_grad_weight_bias: grad_output has shape \[2, 4, 5, 5\]", True),
+    "depthwise_conv2d_grad_weight_bias-stride-zero": (
+        lambda d: depthwise_grad("depthwise_conv2d_grad_weight_bias", d, stride=(0, 0)),
+        r"depthwise_conv2d_grad_weight_bias: stride must be positive", True),
     # ---------------------------------------------------------------- filter2d
     "filter2d-input-1-dim": (lambda d: filter2d(d, x=(5,)),
                              r"filter2d: input must have at least 2 dims \(\.\.\., H, W\); got 1", True),

@@ -296,6 +296,8 @@ DIRECT_BACKWARD_OPS = {
         t(2, 6, 3, 3), t(2, 3, 5, 5), t(6, 1, 3, 3), [1, 1], [0, 0], [1, 1]),
     "depthwise_conv2d_grad_weight": lambda t: ops.depthwise_conv2d_grad_weight(
         t(2, 6, 3, 3), t(2, 3, 5, 5), t(6, 1, 3, 3), [1, 1], [0, 0], [1, 1]),
+    "depthwise_conv2d_grad_weight_bias": lambda t: ops.depthwise_conv2d_grad_weight_bias(
+        t(2, 6, 3, 3), t(2, 3, 5, 5), t(6, 1, 3, 3), [1, 1], [0, 0], [1, 1]),
     "filter2d_grad_input": lambda t: ops.filter2d_grad_input(t(2, 5, 6), t(3, 3), "circular"),
     "filter2d_grad_kernel": lambda t: ops.filter2d_grad_kernel(t(2, 5, 6), t(2, 5, 6), t(3, 3),
                                                                "replicate"),

@@ -74,6 +74,15 @@ SAMPLES = {
          [1, 2]), {})),
     "depthwise_conv2d_grad_weight-batch0": ("depthwise_conv2d_grad_weight", lambda t: (
         (t((0, 4, 3, 3)), t((0, 2, 5, 5)), t((4, 1, 3, 3)), [1, 1], [0, 0], [1, 1]), {})),
+    "depthwise_conv2d_grad_weight_bias": ("depthwise_conv2d_grad_weight_bias", lambda t: (
+        (t((2, 6, 4, 8)), t((2, 3, 7, 6), "channels_last"), t((6, 1, 3, 2)), [2, 1], [1, 2],
+         [1, 2]), {})),
+    "depthwise_conv2d_grad_weight_bias-same-3x3": ("depthwise_conv2d_grad_weight_bias", lambda t: (
+        (t((2, 4, 8, 8)), t((2, 4, 8, 8)), t((4, 1, 3, 3)), [1, 1], [1, 1], [1, 1]), {})),
+    "depthwise_conv2d_grad_weight_bias-unbatched": ("depthwise_conv2d_grad_weight_bias", lambda t: (
+        (t((4, 3, 3)), t((2, 5, 5)), t((4, 1, 3, 3)), [1], [0], [1]), {})),
+    "depthwise_conv2d_grad_weight_bias-batch0": ("depthwise_conv2d_grad_weight_bias", lambda t: (
+        (t((0, 4, 3, 3)), t((0, 2, 5, 5)), t((4, 1, 3, 3)), [1, 1], [0, 0], [1, 1]), {})),
     # ---------------------------------------------------------------- filter2d
     "filter2d-zeros-3d": ("filter2d", lambda t: ((t((2, 5, 6)), t((3, 5)), "zeros"), {})),
     "filter2d-defaults-2d": ("filter2d", lambda t: ((t((6, 7)), t((3, 3))), {})),
@@ -110,7 +119,7 @@ SAMPLES = {
 
 BACKWARD_OPS = {"conv2d_grad_input", "conv2d_grad_weight", "conv2d_grad_bias",
                 "depthwise_conv2d_grad_input", "depthwise_conv2d_grad_weight",
-                "filter2d_grad_input", "filter2d_grad_kernel", "trilinear_interpolation_backward"}
+                "depthwise_conv2d_grad_weight_bias", "filter2d_grad_input", "filter2d_grad_kernel", "trilinear_interpolation_backward"}
 
 
 def test_every_op_has_an_opcheck_sample():
@@ -147,6 +156,7 @@ def test_every_op_passes_opcheck(device, sample, requires_grad, gen):
                                     "conv2d_grad_input", "conv2d_grad_weight", "conv2d_grad_bias",
                                     "depthwise_conv2d-strided-dilated",
                                     "depthwise_conv2d_grad_input", "depthwise_conv2d_grad_weight",
+                                    "depthwise_conv2d_grad_weight_bias-same-3x3",
                                     "filter2d-reflect-4d-channels_last", "filter2d_grad_input",
                                     "filter2d_grad_kernel", "trilinear_interpolation",
                                     "trilinear_interpolation_backward"])
