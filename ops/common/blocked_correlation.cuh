@@ -42,6 +42,29 @@ __device__ __forceinline__ void column_mask(int ix0, int w, bool (&col_ok)[N]) {
   for (int c = 0; c < N; ++c) col_ok[c] = ix0 + c >= 0 && ix0 + c < w;
 }
 
+// quads[V * q + l] = element x + V * q + l of row iy of a plane of h rows of
+// w elements at src, for q < kVecs, zero outside the plane. x and w are
+// multiples of V and src is aligned to V elements, so each vector lies wholly
+// inside or wholly outside the row and moves as one aligned load.
+template <typename T, int V, int kVecs>
+__device__ __forceinline__ void load_aligned_vectors(const T* __restrict__ src, int iy, int x,
+                                                     int h, int w, T (&quads)[kVecs * V]) {
+  const bool row_ok = iy >= 0 && iy < h;
+#pragma unroll
+  for (int q = 0; q < kVecs; ++q) {
+    const int xq = x + V * q;
+    Vec<T, V> v;
+    if (row_ok && xq >= 0 && xq < w) {
+      v = *reinterpret_cast<const Vec<T, V>*>(src + iy * w + xq);
+    } else {
+#pragma unroll
+      for (int l = 0; l < V; ++l) v.v[l] = T(0);
+    }
+#pragma unroll
+    for (int l = 0; l < V; ++l) quads[V * q + l] = v.v[l];
+  }
+}
+
 // The kCols = (V-1)*S+K input values of row iy (of a plane at src) that a
 // thread whose V output columns start at x0 (input column ix0) needs, zero
 // outside the plane, as acc_t; see the kernel below for kQuads.
@@ -51,28 +74,16 @@ __device__ __forceinline__ void load_blocked_row(const T* __restrict__ src, int 
                                                  const bool (&col_ok)[(V - 1) * S + K],
                                                  acc_t (&vals)[(V - 1) * S + K]) {
   constexpr int kCols = (V - 1) * S + K;
-  const bool row_ok = iy >= 0 && iy < g.h;
   if constexpr (kQuads) {
     static_assert((K - 1) / 2 <= V, "the vectors start V columns left of the thread's first");
     constexpr int kFirst = V - (K - 1) / 2;  // position of column ix0 in the vectors
     constexpr int kVecs = (kFirst + kCols - 1) / V + 1;  // 3 at stride 1, 3 or 4 at stride 2
     T quads[kVecs * V];
-#pragma unroll
-    for (int q = 0; q < kVecs; ++q) {
-      const int xq = x0 * S - V + V * q;
-      Vec<T, V> v;
-      if (row_ok && xq >= 0 && xq < g.w) {
-        v = *reinterpret_cast<const Vec<T, V>*>(src + iy * g.w + xq);
-      } else {
-#pragma unroll
-        for (int l = 0; l < V; ++l) v.v[l] = T(0);
-      }
-#pragma unroll
-      for (int l = 0; l < V; ++l) quads[V * q + l] = v.v[l];
-    }
+    load_aligned_vectors<T, V, kVecs>(src, iy, x0 * S - V, g.h, g.w, quads);
 #pragma unroll
     for (int c = 0; c < kCols; ++c) vals[c] = static_cast<acc_t>(quads[kFirst + c]);
   } else {
+    const bool row_ok = iy >= 0 && iy < g.h;
     const T* row = src + (row_ok ? iy : 0) * g.w + ix0;
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {

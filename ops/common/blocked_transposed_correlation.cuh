@@ -48,26 +48,14 @@ __device__ __forceinline__ void load_go_row(const T* __restrict__ src, int oy, i
                                             const BlockedTransposed& g,
                                             acc_t (&vals)[kGoCols<K, V>]) {
   constexpr int kCols = kGoCols<K, V>;
-  const bool row_ok = oy >= 0 && oy < g.oh;
   if constexpr (kVectors) {
     static_assert(kOff >= -V && kOff <= 0 && V + kOff + kCols <= 3 * V, "three vectors suffice");
     T quads[3 * V];
-#pragma unroll
-    for (int q = 0; q < 3; ++q) {
-      const int xq = V * (cx - 1 + q);
-      Vec<T, V> v;
-      if (row_ok && xq >= 0 && xq < g.ow) {
-        v = *reinterpret_cast<const Vec<T, V>*>(src + oy * g.ow + xq);
-      } else {
-#pragma unroll
-        for (int l = 0; l < V; ++l) v.v[l] = T(0);
-      }
-#pragma unroll
-      for (int l = 0; l < V; ++l) quads[V * q + l] = v.v[l];
-    }
+    load_aligned_vectors<T, V, 3>(src, oy, V * (cx - 1), g.oh, g.ow, quads);
 #pragma unroll
     for (int e = 0; e < kCols; ++e) vals[e] = static_cast<acc_t>(quads[V + kOff + e]);
   } else {
+    const bool row_ok = oy >= 0 && oy < g.oh;
     const T* row = src + (row_ok ? oy : 0) * g.ow;
 #pragma unroll
     for (int e = 0; e < kCols; ++e) {
