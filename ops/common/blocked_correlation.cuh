@@ -42,6 +42,17 @@ __device__ __forceinline__ void column_mask(int ix0, int w, bool (&col_ok)[N]) {
   for (int c = 0; c < N; ++c) col_ok[c] = ix0 + c >= 0 && ix0 + c < w;
 }
 
+// A thread of a blocked kernel: its column block, row block and plane, thread
+// idx being numbered column block first, then row block, then plane.
+struct BlockedThread {
+  int cx, ry, plane;
+};
+
+__device__ __forceinline__ BlockedThread blocked_thread(int idx, int col_blocks, int row_blocks) {
+  const int rest = idx / col_blocks;
+  return {idx % col_blocks, rest % row_blocks, rest / row_blocks};
+}
+
 // quads[V * q + l] = element x + V * q + l of row iy of a plane of h rows of
 // w elements at src, for q < kVecs, zero outside the plane. x and w are
 // multiples of V and src is aligned to V elements, so each vector lies wholly
@@ -120,10 +131,7 @@ __global__ void __launch_bounds__(kBlockedThreads, 2)
   constexpr int kCols = (V - 1) * S + K;
   const int idx = blockIdx.x * kBlockedThreads + threadIdx.x;
   if (idx >= total) return;
-  const int cx = idx % col_blocks;
-  const int rest = idx / col_blocks;
-  const int ry = rest % row_blocks;
-  const int plane = rest / row_blocks;
+  const auto [cx, ry, plane] = blocked_thread(idx, col_blocks, row_blocks);
   const int oc = plane % g.out_channels, n = plane / g.out_channels;
   const int y0 = ry * R, x0 = cx * V;
   const int iy0 = y0 * S - g.ph, ix0 = x0 * S - g.pw;

@@ -88,10 +88,7 @@ __global__ void __launch_bounds__(kBlockedThreads, 2)
   constexpr int kOff = (kHalf - kPc) / 2 - kHalf;  // vector path: e = 0 at column V*cx + kOff
   const int idx = blockIdx.x * kBlockedThreads + threadIdx.x;
   if (idx >= total) return;
-  const int cx = idx % col_blocks;
-  const int rest = idx / col_blocks;
-  const int ry = rest % row_blocks;
-  const int plane = rest / row_blocks;
+  const auto [cx, ry, plane] = blocked_thread(idx, col_blocks, row_blocks);
   const int c = plane % g.channels, n = plane / g.channels;
   const int y0 = ry * R - (g.ph & 1);
   const int x0 = cx * 2 * V - (kVectors ? 0 : g.pw & 1);

@@ -36,39 +36,52 @@ at::Tensor depthwise_conv2d_grad_input_impl(const DepthwiseKernels& kernels,
   return unbatch(gi, s.in.batched);
 }
 
+namespace {
+
+// The weight gradient and, when with_bias, the bias gradient (else undefined).
+std::tuple<at::Tensor, at::Tensor> grad_params(const char* op, const DepthwiseKernels& kernels,
+                                               const at::Tensor& grad_output,
+                                               const at::Tensor& input, const at::Tensor& weight,
+                                               c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                               c10::IntArrayRef dilation, bool with_bias) {
+  const auto s = check_depthwise_conv2d_backward<int64_t>(op, grad_output, input, weight, stride,
+                                                          padding, dilation);
+  at::Tensor gw = at::empty(weight.sizes(), weight.options());
+  at::Tensor gb = with_bias ? at::empty({s.k}, grad_output.options()) : at::Tensor();
+  if (s.in.n == 0) {
+    gw.zero_();
+    if (with_bias) gb.zero_();
+    return {gw, gb};
+  }
+  const at::Tensor go = as_batch(grad_output, s.in.batched);
+  const at::Tensor in = as_batch(input, s.in.batched);
+  const int64_t mult = s.k / s.in.c;
+  if (!with_bias) {
+    kernels.grad_weight(go, in, gw, s.win, mult);
+  } else if (kernels.grad_weight_bias == nullptr ||
+             !kernels.grad_weight_bias(go, in, gw, gb, s.win, mult)) {
+    kernels.grad_weight(go, in, gw, s.win, mult);
+    at::sum_out(gb, go, {0, 2, 3});
+  }
+  return {gw, gb};
+}
+
+}  // namespace
+
 at::Tensor depthwise_conv2d_grad_weight_impl(const DepthwiseKernels& kernels,
                                              const at::Tensor& grad_output, const at::Tensor& input,
                                              const at::Tensor& weight, c10::IntArrayRef stride,
                                              c10::IntArrayRef padding, c10::IntArrayRef dilation) {
-  const char* op = "depthwise_conv2d_grad_weight";
-  const auto s = check_depthwise_conv2d_backward<int64_t>(op, grad_output, input, weight, stride,
-                                                          padding, dilation);
-  at::Tensor gw = at::empty(weight.sizes(), weight.options());
-  if (s.in.n == 0) return gw.zero_();
-  kernels.grad_weight(as_batch(grad_output, s.in.batched), as_batch(input, s.in.batched), gw, s.win,
-                      s.k / s.in.c);
-  return gw;
+  return std::get<0>(grad_params("depthwise_conv2d_grad_weight", kernels, grad_output, input,
+                                 weight, stride, padding, dilation, false));
 }
 
 std::tuple<at::Tensor, at::Tensor> depthwise_conv2d_grad_weight_bias_impl(
     const DepthwiseKernels& kernels, const at::Tensor& grad_output, const at::Tensor& input,
     const at::Tensor& weight, c10::IntArrayRef stride, c10::IntArrayRef padding,
     c10::IntArrayRef dilation) {
-  const char* op = "depthwise_conv2d_grad_weight_bias";
-  const auto s = check_depthwise_conv2d_backward<int64_t>(op, grad_output, input, weight, stride,
-                                                          padding, dilation);
-  at::Tensor gw = at::empty(weight.sizes(), weight.options());
-  at::Tensor gb = at::empty({s.k}, grad_output.options());
-  if (s.in.n == 0) return {gw.zero_(), gb.zero_()};
-  const at::Tensor go = as_batch(grad_output, s.in.batched);
-  const at::Tensor in = as_batch(input, s.in.batched);
-  const int64_t mult = s.k / s.in.c;
-  if (kernels.grad_weight_bias == nullptr ||
-      !kernels.grad_weight_bias(go, in, gw, gb, s.win, mult)) {
-    kernels.grad_weight(go, in, gw, s.win, mult);
-    at::sum_out(gb, go, {0, 2, 3});
-  }
-  return {gw, gb};
+  return grad_params("depthwise_conv2d_grad_weight_bias", kernels, grad_output, input, weight,
+                     stride, padding, dilation, true);
 }
 
 }  // namespace customconv
