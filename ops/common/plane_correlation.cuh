@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ops/common/large_kernel_correlation.h"
+
 namespace customconv {
 
 struct PlaneCorrelation {
@@ -429,7 +431,8 @@ void launch_variant(const T* in, const T* weight, const T* bias, T* out, const P
 // Runs the engine on `stream`; returns false (launching nothing) when the
 // geometry does not fit it (shared memory, index range), so the caller can
 // use a direct kernel instead. bias may be null. kSpecialize compiles the
-// fixed kernel sizes 3, 5, 7 and stride 2 (16-bit and float32 data).
+// fixed kernel sizes 3, 5, 7 and stride 2 (16-bit and float32 data). With the
+// zero border, tall kernels at stride 1 take large_kernel_correlation.cu.
 template <typename T, bool kSpecialize = true, typename Loader>
 bool launch_plane_correlation(const T* in, const T* weight, const T* bias, T* out,
                               const PlaneCorrelation& g, Loader load, cudaStream_t stream) {
@@ -437,6 +440,10 @@ bool launch_plane_correlation(const T* in, const T* weight, const T* bias, T* ou
   using acc_t = at::opmath_type<T>;
   if (g.out_planes == 0 || g.out_h == 0 || g.out_w == 0) return true;
   if (!fits_int(g)) return false;
+  // Tall kernels at stride 1 with a zero border stream down columns instead.
+  if constexpr (std::is_same<Loader, ZeroBorder>::value && !std::is_same<T, double>::value) {
+    if (launch_large_kernel_correlation<T>(in, weight, bias, out, g, stream)) return true;
+  }
   const bool dil1 = g.dh == 1 && g.dw == 1;
   const int stride = dil1 && g.sh == g.sw && (g.sh == 1 || g.sh == 2) ? g.sh : 0;
   constexpr bool kFixed = kSpecialize && !std::is_same<T, double>::value;

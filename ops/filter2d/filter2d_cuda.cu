@@ -188,9 +188,13 @@ void forward_cuda(const at::Tensor& planes, const at::Tensor& kernel, const at::
         if (sizes_ok) {
           const PlaneCorrelation g{n,    1,    1,    1,    0, 1, 1,    0,    1, v[0], v[1],
                                    v[0], v[1], v[2], v[3], 1, 1, v[4], v[5], 1, 1,    false};
-          if (launch_plane_correlation<scalar_t>(
-                  planes.const_data_ptr<scalar_t>(), kernel.const_data_ptr<scalar_t>(), nullptr,
-                  out.data_ptr<scalar_t>(), g, BorderLoad{s.border, v[4], v[5]}, stream))
+          const scalar_t* in = planes.const_data_ptr<scalar_t>();
+          const scalar_t* k = kernel.const_data_ptr<scalar_t>();
+          scalar_t* o = out.data_ptr<scalar_t>();
+          if (s.border == Border::Zeros
+                  ? launch_plane_correlation<scalar_t>(in, k, nullptr, o, g, ZeroBorder{}, stream)
+                  : launch_plane_correlation<scalar_t>(in, k, nullptr, o, g,
+                                                       BorderLoad{s.border, v[4], v[5]}, stream))
             return;
         }
         const int64_t total = out.numel();

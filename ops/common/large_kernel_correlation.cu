@@ -1,0 +1,262 @@
+// Column-streaming correlation for tall kernels; see large_kernel_correlation.h.
+//
+// A warp computes 32 neighbouring output columns (a lane each) of kRows
+// output rows of one plane. For each tap column c it holds the KH taps of
+// that column in registers and streams down the input column under its lane,
+// one sample at a time: window row j meets tap row j - r of output row r, so
+// each sample read from shared memory feeds up to min(KH, kRows) multiply-adds
+// into different accumulators. Per tap column a lane reads kRows + KH - 1
+// samples and KH / 4 broadcast tap vectors for kRows * KH multiply-adds, with
+// no tests: the staged window holds zeros outside the plane.
+#include "ops/common/large_kernel_correlation.h"
+
+#include <ATen/OpMathType.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+
+#include "ops/common/plane_correlation.cuh"
+
+namespace customconv {
+namespace large_kernel_detail {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+// Output rows per warp: 28 divides the plane sizes of ImageNet networks
+// (7 * 2^k), so few rows are computed and thrown away.
+constexpr int kRows = 28;
+constexpr int kMinTapRows = 9, kMaxTapRows = 31;
+// Shared memory of a block at most (past 48 KiB the kernel's limit is raised).
+constexpr int kMaxSharedBytes = 100 * 1024;
+
+// A block is wx * wy * wz warps: wx along x, wy along y, wz planes; its
+// output tile is 32*wx columns by kRows*wy rows of wz planes.
+struct Tile {
+  int wx, wy, wz;
+  int tiles_x;
+  int cols;   // staged columns per plane: 32*wx + kw - 1
+  int prow;   // column pitch of a staged plane: the kRows*wy + kh - 1 rows, odd
+  int kp;     // pitch of a staged tap column: kh rounded up to a multiple of 4
+  int shared_bytes;
+};
+
+int pow2_at_least(int64_t v, int cap) {
+  int p = 1;
+  while (p < v && p < cap) p <<= 1;
+  return p;
+}
+
+bool plan(const PlaneCorrelation& g, Tile& t) {
+  t.wx = pow2_at_least((g.out_w + 31) / 32, kWarps);
+  t.wy = pow2_at_least((g.out_h + kRows - 1) / kRows, kWarps / t.wx);
+  t.wz = kWarps / (t.wx * t.wy);
+  t.kp = (g.kh + 3) & ~3;
+  for (;;) {
+    t.cols = 32 * t.wx + g.kw - 1;
+    t.prow = (kRows * t.wy + g.kh - 1) | 1;
+    const int64_t bytes =
+        int64_t(t.wz) * (int64_t(g.kw) * t.kp + int64_t(t.cols) * t.prow) * sizeof(float);
+    if (bytes <= kMaxSharedBytes) {
+      t.shared_bytes = static_cast<int>(bytes);
+      t.tiles_x = (g.out_w + 32 * t.wx - 1) / (32 * t.wx);
+      return true;
+    }
+    if (t.wz > 1) {
+      t.wz /= 2;
+    } else if (t.wy > 1) {
+      t.wy /= 2;
+    } else if (t.wx > 1) {
+      t.wx /= 2;
+    } else {
+      return false;
+    }
+  }
+}
+
+// Block of 32*wx*wy*wz threads: grid x walks the output tiles, grid y
+// (striding) groups of wz planes; warp w is (w % wx, w / wx % wy,
+// w / (wx*wy)), lane l computes column 32*(w % wx) + l of the tile, rows
+// kRows*(w / wx % wy) + [0, kRows). For each of the fan input planes the block
+// stages the wz planes' taps (transposed: tap column c holds its kh taps,
+// rotated when g.flip) and the input window of the tile, zero outside the
+// plane, column-major (sample (row, col) at col*prow + row: a warp reads 32
+// consecutive words, a lane walks its column at immediate offsets), then
+// every lane streams down its columns.
+template <typename T, int KH>
+__global__ void __launch_bounds__(kThreads, 4)
+    large_kernel_correlation_kernel(const T* __restrict__ in, const T* __restrict__ weight,
+                                    const T* __restrict__ bias, T* __restrict__ out,
+                                    PlaneCorrelation g, Tile t) {
+  using acc_t = float;
+  constexpr int kWindow = kRows + KH - 1;  // input rows a warp's outputs reach
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  __shared__ const T* in_planes[kWarps];  // each slot's input plane (null: none)
+  __shared__ int64_t weight_planes[kWarps];
+  acc_t* taps = reinterpret_cast<acc_t*>(shared_raw);
+  const int tap_count = g.kw * t.kp;
+  const int tile_rows = kRows * t.wy + KH - 1;
+  const int tile_count = t.cols * t.prow;
+  acc_t* tiles = taps + t.wz * tap_count;
+  const int tid = threadIdx.x, nthreads = blockDim.x, warp = tid / 32, lane = tid % 32;
+  const int wxi = warp % t.wx, wyi = warp / t.wx % t.wy, wzi = warp / (t.wx * t.wy);
+  const int ox0 = (blockIdx.x % t.tiles_x) * 32 * t.wx;
+  const int oy0 = (blockIdx.x / t.tiles_x) * kRows * t.wy;
+  const int gx0 = ox0 - g.pw, gy0 = oy0 - g.ph;  // input sample of staged (0, 0)
+  const int y0 = oy0 + wyi * kRows, x = ox0 + wxi * 32 + lane;
+  const int64_t in_plane_size = int64_t(g.in_h) * g.in_w;
+
+  for (int64_t base = int64_t(blockIdx.y) * t.wz; base < g.out_planes;
+       base += int64_t(gridDim.y) * t.wz) {
+    acc_t acc[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] = acc_t(0);
+
+    for (int64_t f = 0; f < g.fan; ++f) {
+      __syncthreads();  // the previous planes' tiles and tables are no longer read
+      if (tid < t.wz) {
+        const int64_t p = base + tid;
+        const bool live = p < g.out_planes;
+        in_planes[tid] = live ? in + (plane_detail::div_nonneg(p * g.in_mul, g.in_div) +
+                                      f * g.in_fan_stride) *
+                                         in_plane_size
+                              : nullptr;
+        weight_planes[tid] =
+            live ? plane_detail::mod_nonneg(p * g.w_mul, g.w_mod) + f * g.w_fan_stride : -1;
+      }
+      __syncthreads();
+      {  // taps: box (slot, tap column, tap row) in the layout of `taps`
+        plane_detail::BoxWalk at(tid, nthreads, g.kw, t.kp);
+        for (int e = tid; e < t.wz * tap_count; e += nthreads, at.next()) {
+          const int64_t wp = weight_planes[at.z];
+          acc_t v = 0;
+          if (wp >= 0 && at.col < g.kh) {
+            const int si = g.flip ? g.kh - 1 - at.col : at.col;
+            const int sj = g.flip ? g.kw - 1 - at.row : at.row;
+            v = static_cast<acc_t>(weight[(wp * g.kh + si) * g.kw + sj]);
+          }
+          taps[e] = v;
+        }
+      }
+      {  // input: box (slot, row, column), read row-major, stored column-major
+        constexpr int U = 8;  // loads in flight per thread
+        const int count = t.wz * tile_rows * t.cols;
+        plane_detail::BoxWalk at(tid, nthreads, tile_rows, t.cols);
+        for (int e0 = tid; e0 < count; e0 += U * nthreads) {
+          acc_t v[U];
+          int dst[U];
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const T* plane = e0 + u * nthreads < count ? in_planes[at.z] : nullptr;
+            const int iy = gy0 + at.row, ix = gx0 + at.col;
+            v[u] = plane != nullptr && static_cast<unsigned>(iy) < unsigned(g.in_h) &&
+                           static_cast<unsigned>(ix) < unsigned(g.in_w)
+                       ? static_cast<acc_t>(plane[int64_t(iy) * g.in_w + ix])
+                       : acc_t(0);
+            dst[u] = at.z * tile_count + at.col * t.prow + at.row;
+            at.next();
+          }
+#pragma unroll
+          for (int u = 0; u < U; ++u)
+            if (e0 + u * nthreads < count) tiles[dst[u]] = v[u];
+        }
+      }
+      __syncthreads();
+
+      const acc_t* tap_col = taps + wzi * tap_count;
+      const acc_t* col = tiles + wzi * tile_count + (wxi * 32 + lane) * t.prow + wyi * kRows;
+#pragma unroll 1
+      for (int c = 0; c < g.kw; ++c, tap_col += t.kp, col += t.prow) {
+        acc_t w[(KH + 3) & ~3];
+#pragma unroll
+        for (int i = 0; i < KH; i += 4) {
+          const float4 q = *reinterpret_cast<const float4*>(tap_col + i);
+          w[i] = q.x, w[i + 1] = q.y, w[i + 2] = q.z, w[i + 3] = q.w;
+        }
+#pragma unroll
+        for (int j = 0; j < kWindow; ++j) {
+          const acc_t v = col[j];
+          // Window row j meets tap row i of output row j - i.
+#pragma unroll
+          for (int i = (j - kRows + 1 > 0 ? j - kRows + 1 : 0); i <= (j < KH - 1 ? j : KH - 1);
+               ++i)
+            acc[j - i] += w[i] * v;
+        }
+      }
+    }
+
+    const int64_t p = base + wzi;
+    if (p < g.out_planes && x < g.out_w) {
+      const acc_t b = bias ? static_cast<acc_t>(bias[p % g.bias_mod]) : acc_t(0);
+      T* dst = out + p * int64_t(g.out_h) * g.out_w + x;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (y0 + r < g.out_h) dst[int64_t(y0 + r) * g.out_w] = static_cast<T>(acc[r] + b);
+      }
+    }
+  }
+}
+
+template <typename T, int KH>
+void launch(const T* in, const T* weight, const T* bias, T* out, const PlaneCorrelation& g,
+            const Tile& t, dim3 grid, cudaStream_t stream) {
+  const auto kernel = large_kernel_correlation_kernel<T, KH>;
+  if (t.shared_bytes > 48 * 1024) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        t.shared_bytes));
+  }
+  kernel<<<grid, 32 * t.wx * t.wy * t.wz, t.shared_bytes, stream>>>(in, weight, bias, out, g, t);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Launches the instantiation for KH == kh among the odd KH >= K.
+template <typename T, int K = kMinTapRows>
+bool launch_for(int kh, const T* in, const T* weight, const T* bias, T* out,
+                const PlaneCorrelation& g, const Tile& t, dim3 grid, cudaStream_t stream) {
+  if constexpr (K > kMaxTapRows) {
+    return false;
+  } else {
+    if (kh == K) return launch<T, K>(in, weight, bias, out, g, t, grid, stream), true;
+    return launch_for<T, K + 2>(kh, in, weight, bias, out, g, t, grid, stream);
+  }
+}
+
+}  // namespace large_kernel_detail
+
+bool large_kernel_takes(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                        int64_t element_size) {
+  using namespace large_kernel_detail;
+  return kh >= kMinTapRows && kh <= kMaxTapRows && kh % 2 == 1 && kw >= 1 && sh == 1 &&
+         sw == 1 && dh == 1 && dw == 1 && element_size <= 4;
+}
+
+template <typename T>
+bool launch_large_kernel_correlation(const T* in, const T* weight, const T* bias, T* out,
+                                     const PlaneCorrelation& g, cudaStream_t stream) {
+  using namespace large_kernel_detail;
+  if (!large_kernel_takes(g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, sizeof(T))) return false;
+  if (g.out_planes == 0 || g.out_h == 0 || g.out_w == 0) return true;
+  if (!plane_detail::fits_int(g) || g.ph < 0 || g.pw < 0) return false;
+  Tile t{};
+  if (!plan(g, t)) return false;
+  const int64_t tiles_y = (g.out_h + kRows * t.wy - 1) / (kRows * t.wy);
+  if (int64_t(t.tiles_x) * tiles_y >= (int64_t{1} << 31)) return false;
+  const int64_t groups = (g.out_planes + t.wz - 1) / t.wz;
+  const dim3 grid(static_cast<unsigned>(t.tiles_x * tiles_y),
+                  static_cast<unsigned>(std::min<int64_t>(groups, 65535)));
+  return launch_for<T>(g.kh, in, weight, bias, out, g, t, grid, stream);
+}
+
+template bool launch_large_kernel_correlation<float>(const float*, const float*, const float*,
+                                                     float*, const PlaneCorrelation&,
+                                                     cudaStream_t);
+template bool launch_large_kernel_correlation<at::Half>(const at::Half*, const at::Half*,
+                                                        const at::Half*, at::Half*,
+                                                        const PlaneCorrelation&, cudaStream_t);
+template bool launch_large_kernel_correlation<at::BFloat16>(const at::BFloat16*,
+                                                            const at::BFloat16*,
+                                                            const at::BFloat16*, at::BFloat16*,
+                                                            const PlaneCorrelation&, cudaStream_t);
+
+}  // namespace customconv
