@@ -16,6 +16,7 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "ops/common/plane_correlation.cuh"
 
@@ -26,6 +27,8 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 // Output rows per warp: 28 divides the plane sizes of ImageNet networks
 // (7 * 2^k), so few rows are computed and thrown away.
+// (14 rows, or 20, or two tap columns per iteration were not faster on an
+// H100; neither were 5 or 7 tap rows against blocked_correlation.cuh.)
 constexpr int kRows = 28;
 constexpr int kMinTapRows = 9, kMaxTapRows = 31;
 // Shared memory of a block at most (past 48 KiB the kernel's limit is raised).
@@ -75,6 +78,85 @@ bool plan(const PlaneCorrelation& g, Tile& t) {
   }
 }
 
+// Stages the input window of a block's wz planes, zero outside the planes:
+// the box (slot, row, column) of wz x tile_rows x cols samples from input
+// sample (gy0, gx0) on, read row-major (coalesced) and stored column-major
+// (sample (row, col) of slot z at z*tile_count + col*prow + row). float32
+// moves by cp.async, each thread issuing all its copies before waiting (a
+// zero-size source fills zeros); 16-bit data goes through registers, U loads
+// in flight per thread, converted to float32.
+template <typename T>
+__device__ __forceinline__ void stage_window(float* tiles, const T* const* in_planes,
+                                             const PlaneCorrelation& g, const Tile& t, int gy0,
+                                             int gx0, int tile_rows, int tile_count, int tid,
+                                             int nthreads) {
+  const int count = t.wz * tile_rows * t.cols;
+  plane_detail::BoxWalk at(tid, nthreads, tile_rows, t.cols);
+  const auto source = [&](int e) -> const T* {  // null: a zero
+    const T* plane = e < count ? in_planes[at.z] : nullptr;
+    const int iy = gy0 + at.row, ix = gx0 + at.col;
+    return plane != nullptr && static_cast<unsigned>(iy) < unsigned(g.in_h) &&
+                   static_cast<unsigned>(ix) < unsigned(g.in_w)
+               ? plane + int64_t(iy) * g.in_w + ix
+               : nullptr;
+  };
+  if constexpr (std::is_same<T, float>::value) {
+    for (int e = tid; e < count; e += nthreads, at.next()) {
+      const float* src = source(e);
+      const unsigned dst = static_cast<unsigned>(
+          __cvta_generic_to_shared(tiles + at.z * tile_count + at.col * t.prow + at.row));
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst),
+                   "l"(src != nullptr ? src : in_planes[0]), "r"(src != nullptr ? 4 : 0));
+    }
+    asm volatile("cp.async.wait_all;\n" ::);
+  } else {
+    constexpr int U = 8;
+    for (int e0 = tid; e0 < count; e0 += U * nthreads) {
+      float v[U];
+      int dst[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const T* src = source(e0 + u * nthreads);
+        v[u] = src != nullptr ? static_cast<float>(*src) : 0.f;
+        dst[u] = at.z * tile_count + at.col * t.prow + at.row;
+        at.next();
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (e0 + u * nthreads < count) tiles[dst[u]] = v[u];
+    }
+  }
+}
+
+// Adds the taps of ncols tap columns to a lane's kRows accumulators: for tap
+// column c, the KH taps at tap_col + c*kp (broadcast vector loads) and the
+// kRows + KH - 1 window samples down the lane's staged column col + c*prow.
+// kSkipTop / kSkipBottom leave out the first / last (KH-1)/2 window rows (zero
+// rows outside the plane).
+template <int KH, bool kSkipTop, bool kSkipBottom>
+__device__ __forceinline__ void add_tap_columns(float (&acc)[kRows], const float* tap_col,
+                                                const float* col, int ncols, int kp, int prow) {
+  constexpr int kWindow = kRows + KH - 1, kHalo = (KH - 1) / 2;
+  constexpr int kFirst = kSkipTop ? kHalo : 0, kLast = kSkipBottom ? kWindow - kHalo : kWindow;
+#pragma unroll 1
+  for (int c = 0; c < ncols; ++c, tap_col += kp, col += prow) {
+    float w[(KH + 3) & ~3];
+#pragma unroll
+    for (int i = 0; i < KH; i += 4) {
+      const float4 q = *reinterpret_cast<const float4*>(tap_col + i);
+      w[i] = q.x, w[i + 1] = q.y, w[i + 2] = q.z, w[i + 3] = q.w;
+    }
+#pragma unroll
+    for (int j = kFirst; j < kLast; ++j) {
+      const float v = col[j];
+      // Window row j meets tap row i of output row j - i.
+#pragma unroll
+      for (int i = (j - kRows + 1 > 0 ? j - kRows + 1 : 0); i <= (j < KH - 1 ? j : KH - 1); ++i)
+        acc[j - i] += w[i] * v;
+    }
+  }
+}
+
 // Block of 32*wx*wy*wz threads: grid x walks the output tiles, grid y
 // (striding) groups of wz planes; warp w is (w % wx, w / wx % wy,
 // w / (wx*wy)), lane l computes column 32*(w % wx) + l of the tile, rows
@@ -90,7 +172,6 @@ __global__ void __launch_bounds__(kThreads, 4)
                                     const T* __restrict__ bias, T* __restrict__ out,
                                     PlaneCorrelation g, Tile t) {
   using acc_t = float;
-  constexpr int kWindow = kRows + KH - 1;  // input rows a warp's outputs reach
   extern __shared__ __align__(16) unsigned char shared_raw[];
   __shared__ const T* in_planes[kWarps];  // each slot's input plane (null: none)
   __shared__ int64_t weight_planes[kWarps];
@@ -105,6 +186,12 @@ __global__ void __launch_bounds__(kThreads, 4)
   const int oy0 = (blockIdx.x / t.tiles_x) * kRows * t.wy;
   const int gx0 = ox0 - g.pw, gy0 = oy0 - g.ph;  // input sample of staged (0, 0)
   const int y0 = oy0 + wyi * kRows, x = ox0 + wxi * 32 + lane;
+  // Window rows j < kHalo lie above the plane for the top warps of "same"
+  // padding, rows j >= kWindow - kHalo below it for the bottom ones: all zeros,
+  // so they are skipped (bit 0: the top rows, bit 1: the bottom ones).
+  constexpr int kHalo = (KH - 1) / 2;
+  const int skip = (y0 - g.ph + kHalo <= 0 ? 1 : 0) |
+                   (y0 - g.ph + kRows + KH - 1 - kHalo >= g.in_h ? 2 : 0);
   const int64_t in_plane_size = int64_t(g.in_h) * g.in_w;
 
   for (int64_t base = int64_t(blockIdx.y) * t.wz; base < g.out_planes;
@@ -139,50 +226,16 @@ __global__ void __launch_bounds__(kThreads, 4)
           taps[e] = v;
         }
       }
-      {  // input: box (slot, row, column), read row-major, stored column-major
-        constexpr int U = 8;  // loads in flight per thread
-        const int count = t.wz * tile_rows * t.cols;
-        plane_detail::BoxWalk at(tid, nthreads, tile_rows, t.cols);
-        for (int e0 = tid; e0 < count; e0 += U * nthreads) {
-          acc_t v[U];
-          int dst[U];
-#pragma unroll
-          for (int u = 0; u < U; ++u) {
-            const T* plane = e0 + u * nthreads < count ? in_planes[at.z] : nullptr;
-            const int iy = gy0 + at.row, ix = gx0 + at.col;
-            v[u] = plane != nullptr && static_cast<unsigned>(iy) < unsigned(g.in_h) &&
-                           static_cast<unsigned>(ix) < unsigned(g.in_w)
-                       ? static_cast<acc_t>(plane[int64_t(iy) * g.in_w + ix])
-                       : acc_t(0);
-            dst[u] = at.z * tile_count + at.col * t.prow + at.row;
-            at.next();
-          }
-#pragma unroll
-          for (int u = 0; u < U; ++u)
-            if (e0 + u * nthreads < count) tiles[dst[u]] = v[u];
-        }
-      }
+      stage_window<T>(tiles, in_planes, g, t, gy0, gx0, tile_rows, tile_count, tid, nthreads);
       __syncthreads();
 
       const acc_t* tap_col = taps + wzi * tap_count;
       const acc_t* col = tiles + wzi * tile_count + (wxi * 32 + lane) * t.prow + wyi * kRows;
-#pragma unroll 1
-      for (int c = 0; c < g.kw; ++c, tap_col += t.kp, col += t.prow) {
-        acc_t w[(KH + 3) & ~3];
-#pragma unroll
-        for (int i = 0; i < KH; i += 4) {
-          const float4 q = *reinterpret_cast<const float4*>(tap_col + i);
-          w[i] = q.x, w[i + 1] = q.y, w[i + 2] = q.z, w[i + 3] = q.w;
-        }
-#pragma unroll
-        for (int j = 0; j < kWindow; ++j) {
-          const acc_t v = col[j];
-          // Window row j meets tap row i of output row j - i.
-#pragma unroll
-          for (int i = (j - kRows + 1 > 0 ? j - kRows + 1 : 0); i <= (j < KH - 1 ? j : KH - 1);
-               ++i)
-            acc[j - i] += w[i] * v;
-        }
+      switch (skip) {
+        case 0: add_tap_columns<KH, false, false>(acc, tap_col, col, g.kw, t.kp, t.prow); break;
+        case 1: add_tap_columns<KH, true, false>(acc, tap_col, col, g.kw, t.kp, t.prow); break;
+        case 2: add_tap_columns<KH, false, true>(acc, tap_col, col, g.kw, t.kp, t.prow); break;
+        default: add_tap_columns<KH, true, true>(acc, tap_col, col, g.kw, t.kp, t.prow); break;
       }
     }
 
@@ -238,6 +291,10 @@ bool launch_large_kernel_correlation(const T* in, const T* weight, const T* bias
   if (!large_kernel_takes(g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, sizeof(T))) return false;
   if (g.out_planes == 0 || g.out_h == 0 || g.out_w == 0) return true;
   if (!plane_detail::fits_int(g) || g.ph < 0 || g.pw < 0) return false;
+  // A warp computes kRows rows: planes that would leave more than a quarter of
+  // them unused (14x14, 7x7, 30 rows) are faster in the tiled engine.
+  const int64_t computed_rows = (int64_t(g.out_h) + kRows - 1) / kRows * kRows;
+  if (4 * int64_t(g.out_h) < 3 * computed_rows) return false;
   Tile t{};
   if (!plan(g, t)) return false;
   const int64_t tiles_y = (g.out_h + kRows * t.wy - 1) / (kRows * t.wy);

@@ -154,24 +154,25 @@ EDGE_CASES = {
     "same_3x3_quads_offset": dict(kernel=(3, 3), padding=(1, 1), stride=(1, 1), dilation=(1, 1),
                                   size=(6, 8), input_layout="offset", grad_layout="offset"),
     # Tall kernels (9 to 31 odd tap rows) at stride 1 take the column-streaming
-    # CUDA kernel: several planes per block (narrow planes), several warps and
-    # tiles along x and y, windows reaching past the plane, non-square and
-    # unpadded kernels, multipliers (its input gradient sums several planes).
+    # CUDA kernel on planes of 21 rows or more (28 per warp, at least three
+    # quarters used): several planes per block, several warps and tiles along x
+    # and y, windows reaching past the plane, non-square and unpadded kernels,
+    # multipliers (its input gradient sums several planes).
     "large_13x13_same_planes_per_block": dict(kernel=(13, 13), padding=(6, 6), stride=(1, 1),
                                               dilation=(1, 1), size=(28, 28), batch=2),
     "large_31x31_same_tiles": dict(kernel=(31, 31), padding=(15, 15), stride=(1, 1),
-                                   dilation=(1, 1), size=(61, 70), batch=1, channels=2,
+                                   dilation=(1, 1), size=(80, 70), batch=1, channels=2,
                                    multiplier=1),
     "large_9x5_uneven_padding": dict(kernel=(9, 5), padding=(2, 1), stride=(1, 1),
-                                     dilation=(1, 1), size=(37, 45), batch=2),
+                                     dilation=(1, 1), size=(50, 45), batch=2),
     "large_11x11_multiplier2": dict(kernel=(11, 11), padding=(5, 5), stride=(1, 1),
-                                    dilation=(1, 1), size=(30, 33), multiplier=2),
+                                    dilation=(1, 1), size=(27, 33), multiplier=2),
     "large_15x15_unpadded": dict(kernel=(15, 15), padding=(0, 0), stride=(1, 1),
                                  dilation=(1, 1), size=(40, 33), batch=2),
-    "large_21x3_taller_than_plane": dict(kernel=(21, 3), padding=(10, 1), stride=(1, 1),
-                                         dilation=(1, 1), size=(6, 9), batch=2),
+    "large_31x3_taller_than_plane": dict(kernel=(31, 3), padding=(15, 1), stride=(1, 1),
+                                         dilation=(1, 1), size=(24, 9), batch=2),
     "large_17x17_offset": dict(kernel=(17, 17), padding=(8, 8), stride=(1, 1), dilation=(1, 1),
-                               size=(19, 24), input_layout="offset", grad_layout="offset"),
+                               size=(26, 24), input_layout="offset", grad_layout="offset"),
 }
 
 

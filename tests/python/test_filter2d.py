@@ -82,8 +82,8 @@ EDGE_CASES = {
     # Tall kernels: the column-streaming CUDA kernel with the zero border
     # (several warps and tiles along x and y, kernels wider than tall).
     "kernel_13x13_plane_70x90": lambda b: dict(kernel=(13, 13), size=(70, 90), lead=(2,)),
-    "kernel_9x21_plane_40x33": lambda b: dict(kernel=(9, 21), size=(40, 33)),
-    "kernel_31x31_plane_60x130": lambda b: dict(kernel=(31, 31), size=(60, 130)),
+    "kernel_9x21_plane_48x33": lambda b: dict(kernel=(9, 21), size=(48, 33)),
+    "kernel_31x31_plane_80x130": lambda b: dict(kernel=(31, 31), size=(80, 130)),
     "plane_smaller_than_kernel": lambda b: dict(
         kernel=(9, 11), size=(max(2, min_plane_size(b, 9)), max(3, min_plane_size(b, 11)))),
     "plane_1xW": lambda b: dict(kernel=(1, 5), size=(1, 7)),
@@ -121,7 +121,7 @@ LARGE_CASES = {
     "tall_plane": FilterConfig(lead=(), size=(1_048_600, 1), kernel=(5, 1), border="zeros"),
     # More than 65535 planes (the grid's z limit on CUDA).
     "many_planes": FilterConfig(lead=(70_000,), size=(3, 2), kernel=(3, 3), border="zeros"),
-    "many_planes_tall_kernel": FilterConfig(lead=(70_000,), size=(11, 3), kernel=(11, 3),
+    "many_planes_tall_kernel": FilterConfig(lead=(70_000,), size=(25, 3), kernel=(11, 3),
                                             border="zeros"),
 }
 
