@@ -45,13 +45,8 @@ struct Tile {
   int shared_bytes;
 };
 
-int pow2_at_least(int64_t v, int cap) {
-  int p = 1;
-  while (p < v && p < cap) p <<= 1;
-  return p;
-}
-
 bool plan(const PlaneCorrelation& g, Tile& t) {
+  using plane_detail::pow2_at_least;
   t.wx = pow2_at_least((g.out_w + 31) / 32, kWarps);
   t.wy = pow2_at_least((g.out_h + kRows - 1) / kRows, kWarps / t.wx);
   t.wz = kWarps / (t.wx * t.wy);
