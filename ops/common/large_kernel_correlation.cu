@@ -270,22 +270,21 @@ bool launch_for(int kh, const T* in, const T* weight, const T* bias, T* out,
   }
 }
 
-}  // namespace large_kernel_detail
-
-bool large_kernel_takes(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
-                        int64_t element_size) {
-  using namespace large_kernel_detail;
-  return kh >= kMinTapRows && kh <= kMaxTapRows && kh % 2 == 1 && kw >= 1 && sh == 1 &&
-         sw == 1 && dh == 1 && dw == 1 && element_size <= 4;
+// Whether the kernel takes the window (any data but float64).
+bool takes_window(const PlaneCorrelation& g) {
+  return g.kh >= kMinTapRows && g.kh <= kMaxTapRows && g.kh % 2 == 1 && g.kw >= 1 &&
+         g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.ph >= 0 && g.pw >= 0;
 }
+
+}  // namespace large_kernel_detail
 
 template <typename T>
 bool launch_large_kernel_correlation(const T* in, const T* weight, const T* bias, T* out,
                                      const PlaneCorrelation& g, cudaStream_t stream) {
   using namespace large_kernel_detail;
-  if (!large_kernel_takes(g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, sizeof(T))) return false;
+  if (!takes_window(g)) return false;
   if (g.out_planes == 0 || g.out_h == 0 || g.out_w == 0) return true;
-  if (!plane_detail::fits_int(g) || g.ph < 0 || g.pw < 0) return false;
+  if (!plane_detail::fits_int(g)) return false;
   // A warp computes kRows rows: planes that would leave more than a quarter of
   // them unused (14x14, 7x7, 30 rows) are faster in the tiled engine.
   const int64_t computed_rows = (int64_t(g.out_h) + kRows - 1) / kRows * kRows;
