@@ -217,6 +217,169 @@ __global__ void __launch_bounds__(kBlockedThreads, 2)
   }
 }
 
+// Taps of one plane as the shared-taps kernel below stages them: K rows of
+// kTapStride floats (K rounded up to a multiple of 4, so a row is whole
+// 16-byte vectors), rotated by 180 degrees for the input gradient.
+template <int K>
+constexpr int kTapStride = (K + 3) / 4 * 4;
+
+// Reads one staged tap row from shared memory. The loads are volatile so the
+// compiler reloads a row for each input row it meets instead of holding all
+// K*K taps in registers (which spilled at 7 taps).
+template <int K>
+__device__ __forceinline__ void load_tap_row(const float* row, float (&taps)[kTapStride<K>]) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+#pragma unroll
+  for (int q = 0; q < kTapStride<K> / 4; ++q) {
+    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(taps[4 * q]), "=f"(taps[4 * q + 1]), "=f"(taps[4 * q + 2]),
+                   "=f"(taps[4 * q + 3])
+                 : "r"(addr + 16 * q));
+  }
+}
+
+// The blocked correlation at stride 1 with one weight row per output plane
+// (fan 1), taps in shared memory. Threads map to R x V output blocks as in
+// blocked_correlation_kernel. The block first stages, as float, the taps of
+// the planes its threads cover (numbered from the block's first plane); each
+// thread then walks its R+K-1 input rows once, and for each tap row that row
+// meets reads that row of taps from shared memory (a broadcast: the threads
+// of a plane read the same address) into V*K multiply-adds. So a thread holds
+// R*V sums, one input row and one tap row, where blocked_correlation_kernel
+// holds all K*K taps (16-bit data) or reloads an input row per tap row and
+// output row (float32 with 7 taps). kMinBlocks is the occupancy ptxas plans
+// for (see kSharedTapsShape).
+template <typename T, int K, int R, int V, bool kQuads, int kMinBlocks>
+__global__ void __launch_bounds__(kBlockedThreads, kMinBlocks)
+    blocked_shared_taps_kernel(const T* __restrict__ in, const T* __restrict__ weight,
+                               const T* __restrict__ bias, T* __restrict__ out,
+                               BlockedCorrelation g, int col_blocks, int row_blocks, int total) {
+  static_assert(!std::is_same_v<T, double>, "taps are staged as float");
+  constexpr int kRows = R + K - 1;
+  constexpr int kCols = V - 1 + K;
+  constexpr int kTapsPerPlane = K * kTapStride<K>;
+  extern __shared__ float4 shared_taps_raw[];
+  float* shared_taps = reinterpret_cast<float*>(shared_taps_raw);
+
+  const int per_plane = col_blocks * row_blocks;
+  const int first_idx = blockIdx.x * kBlockedThreads;
+  const int first_plane = first_idx / per_plane;
+  const int last_plane = (min(first_idx + kBlockedThreads, total) - 1) / per_plane;
+  const int staged = (last_plane - first_plane + 1) * kTapsPerPlane;
+  for (int e = threadIdx.x; e < staged; e += kBlockedThreads) {
+    const int p = e / kTapsPerPlane, rest = e % kTapsPerPlane;
+    const int a = rest / kTapStride<K>, b = rest % kTapStride<K>;
+    float tap = 0.f;
+    if (b < K) {
+      const T* wp = weight + int64_t((first_plane + p) % g.out_channels) * K * K;
+      tap = static_cast<float>(g.flip ? wp[(K - 1 - a) * K + (K - 1 - b)] : wp[a * K + b]);
+    }
+    shared_taps[e] = tap;
+  }
+  __syncthreads();
+
+  const int idx = first_idx + threadIdx.x;
+  if (idx >= total) return;
+  const auto [cx, ry, plane] = blocked_thread(idx, col_blocks, row_blocks);
+  const int oc = plane % g.out_channels, n = plane / g.out_channels;
+  const int y0 = ry * R, x0 = cx * V;
+  const int iy0 = y0 - g.ph, ix0 = x0 - g.pw;
+  const float* taps_of_plane = shared_taps + (plane - first_plane) * kTapsPerPlane;
+  const T* src = in + (int64_t(n) * g.in_channels + oc / g.div) * g.h * g.w;
+
+  bool col_ok[kCols];
+  column_mask(ix0, g.w, col_ok);
+
+  float acc[R][V];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[i][v] = 0.f;
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float vals[kCols];
+    load_blocked_row<T, float, K, 1, V, kQuads>(src, iy0 + r, x0, ix0, g, col_ok, vals);
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int kr = r - i;  // the tap row that input row r is for output row i
+      if (kr < 0 || kr >= K) continue;
+      float taps[kTapStride<K>];
+      load_tap_row<K>(taps_of_plane + kr * kTapStride<K>, taps);
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+#pragma unroll
+        for (int kc = 0; kc < K; ++kc) acc[i][v] += taps[kc] * vals[v + kc];
+      }
+    }
+  }
+  const float b = bias != nullptr ? static_cast<float>(bias[oc]) : 0.f;
+  T* dst = out + int64_t(plane) * g.oh * g.ow;
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int y = y0 + i;
+    if (y >= g.oh) break;
+    if constexpr (kQuads) {
+      Vec<T, V> o;
+#pragma unroll
+      for (int v = 0; v < V; ++v) o.v[v] = static_cast<T>(acc[i][v] + b);
+      *reinterpret_cast<Vec<T, V>*>(dst + y * g.ow + x0) = o;
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        if (x0 + v < g.ow) dst[y * g.ow + x0 + v] = static_cast<T>(acc[i][v] + b);
+      }
+    }
+  }
+}
+
+// The shared-taps kernel's shape for K taps of T on the path with V columns
+// per thread (kQuads: the vector path): rows per thread, or 0 where the kernel
+// above stays, and the blocks per SM ptxas plans for. Timed on an H100 against
+// the kernel above (see bench/NOTES.md): 7 taps in every dtype; 5 taps of
+// float32 on the vector path and of 16-bit data with 8 columns.
+struct SharedTapsShape {
+  int rows, min_blocks;
+};
+template <typename T, int K, int V, bool kQuads>
+constexpr SharedTapsShape kSharedTapsShape =
+    K == 7   ? SharedTapsShape{V == 8 || (sizeof(T) == 2 && !kQuads) ? 4 : 8, 3}
+    : K == 5 ? (sizeof(T) == 4 ? SharedTapsShape{kQuads ? 8 : 0, 2}
+                               : SharedTapsShape{V == 8 ? 4 : 0, 3})
+             : SharedTapsShape{0, 0};
+
+// Planes one block of the shared-taps kernel may stage taps for: more (tiny
+// planes, a few threads each) take the kernel above.
+constexpr int kMaxSharedTapPlanes = 64;
+
+// Launches the shared-taps kernel at stride 1 when kSharedTapsShape takes
+// the case and a block covers at most kMaxSharedTapPlanes planes; false
+// otherwise.
+template <typename T, int K, int V, bool kQuads>
+bool launch_shared_taps(const T* in, const T* weight, const T* bias, T* out,
+                        const BlockedCorrelation& g, cudaStream_t stream) {
+  constexpr SharedTapsShape shape = kSharedTapsShape<T, K, V, kQuads>;
+  if constexpr (shape.rows == 0 || std::is_same_v<T, double>) {
+    return false;
+  } else {
+    constexpr int R = shape.rows;
+    const int col_blocks = (g.ow + V - 1) / V;
+    const int row_blocks = (g.oh + R - 1) / R;
+    const int64_t per_plane = int64_t(col_blocks) * row_blocks;
+    // 256 consecutive threads meet at most this many planes.
+    const int64_t max_planes = (kBlockedThreads - 1) / per_plane + 2;
+    if (g.fan != 1 || max_planes > kMaxSharedTapPlanes) return false;
+    const int64_t total = g.planes * per_plane;
+    const int64_t blocks = (total + kBlockedThreads - 1) / kBlockedThreads;
+    const size_t shared = size_t(max_planes) * K * kTapStride<K> * sizeof(float);
+    blocked_shared_taps_kernel<T, K, R, V, kQuads, shape.min_blocks>
+        <<<blocks, kBlockedThreads, shared, stream>>>(in, weight, bias, out, g, col_blocks,
+                                                      row_blocks, static_cast<int>(total));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return true;
+  }
+}
+
 // Columns per thread of the vector path: 8 for 16-bit data (16-byte vectors)
 // with 3 or 5 taps, 4 otherwise.
 template <typename T, int K>
@@ -251,16 +414,21 @@ void launch_blocked(const T* in, const T* weight, const T* bias, T* out,
     return reinterpret_cast<uintptr_t>(p) % (v * sizeof(T)) == 0;
   };
   const auto vectors_fit = [&](int v) {
-    return g.w % v == 0 && g.ow % v == 0 && aligned(in, v) && aligned(out, v);
+    return g.pw == (K - 1) / 2 && g.w % v == 0 && g.ow % v == 0 && aligned(in, v) &&
+           aligned(out, v);
   };
-  if (g.pw == (K - 1) / 2) {
-    if (V != 4 && vectors_fit(V)) {
-      return launch_blocked_variant<T, K, S, R, V, true>(in, weight, bias, out, g, stream);
-    }
-    if (vectors_fit(4)) {
-      return launch_blocked_variant<T, K, S, R, 4, true>(in, weight, bias, out, g, stream);
+  const bool fit8 = sizeof(T) == 2 && vectors_fit(8), fit4 = vectors_fit(4);
+  if constexpr (S == 1) {
+    if (fit8 ? launch_shared_taps<T, K, 8, true>(in, weight, bias, out, g, stream)
+             : fit4 ? launch_shared_taps<T, K, 4, true>(in, weight, bias, out, g, stream)
+                    : launch_shared_taps<T, K, 4, false>(in, weight, bias, out, g, stream)) {
+      return;
     }
   }
+  if (V != 4 && fit8) {
+    return launch_blocked_variant<T, K, S, R, V, true>(in, weight, bias, out, g, stream);
+  }
+  if (fit4) return launch_blocked_variant<T, K, S, R, 4, true>(in, weight, bias, out, g, stream);
   launch_blocked_variant<T, K, S, kBlockedRows<T, K, S, false>, 4, false>(in, weight, bias, out, g,
                                                                           stream);
 }

@@ -153,6 +153,26 @@ EDGE_CASES = {
                                      grad_layout="offset"),
     "same_3x3_quads_offset": dict(kernel=(3, 3), padding=(1, 1), stride=(1, 1), dilation=(1, 1),
                                   size=(6, 8), input_layout="offset", grad_layout="offset"),
+    # 7x7 (and 5x5 on the vector path) at stride 1 take the CUDA kernel with
+    # taps staged in shared memory: 8-element vectors for 16-bit data on widths
+    # of a multiple of 8, quads, scalar loads; many small planes per block (and
+    # too many for it: 20x8 planes of 8x8), uneven row padding, a multiplier
+    # (the forward reads channel oc / m; its input gradient sums m planes and
+    # stays on the other kernel).
+    "shared_taps_7x7_eights_multiplier2": dict(kernel=(7, 7), padding=(3, 3), stride=(1, 1),
+                                               dilation=(1, 1), size=(13, 24), multiplier=2),
+    "shared_taps_7x7_many_planes": dict(kernel=(7, 7), padding=(3, 3), stride=(1, 1),
+                                        dilation=(1, 1), size=(9, 20), batch=4, channels=16,
+                                        multiplier=1),
+    "shared_taps_7x7_tiny_planes": dict(kernel=(7, 7), padding=(3, 3), stride=(1, 1),
+                                        dilation=(1, 1), size=(8, 8), batch=20, channels=8,
+                                        multiplier=1),
+    "shared_taps_7x7_uneven_rows": dict(kernel=(7, 7), padding=(1, 3), stride=(1, 1),
+                                        dilation=(1, 1), size=(15, 16), batch=2),
+    "shared_taps_7x7_unpadded": dict(kernel=(7, 7), padding=(0, 0), stride=(1, 1),
+                                     dilation=(1, 1), size=(19, 13), batch=2),
+    "shared_taps_5x5_tiles": dict(kernel=(5, 5), padding=(2, 2), stride=(1, 1), dilation=(1, 1),
+                                  size=(21, 40), batch=3),
     # Tall kernels (9 to 31 odd tap rows) at stride 1 take the column-streaming
     # CUDA kernel on planes of 21 rows or more (28 per warp, at least three
     # quarters used): several planes per block, several warps and tiles along x

@@ -79,6 +79,11 @@ EDGE_CASES = {
     "kernel_1x31": lambda b: dict(kernel=(1, 31), size=(3, 16)),
     "kernel_3x17": lambda b: dict(kernel=(3, 17), size=(6, 9)),
     "kernel_17x5": lambda b: dict(kernel=(17, 5), size=(9, 7)),
+    # 5x5 and 7x7 with the zero border: the CUDA kernel with taps in shared
+    # memory, on 8-element vectors, quads and scalar loads.
+    "kernel_7x7_plane_26x48": lambda b: dict(kernel=(7, 7), size=(26, 48), lead=(3,)),
+    "kernel_7x7_plane_17x36": lambda b: dict(kernel=(7, 7), size=(17, 36), lead=(2,)),
+    "kernel_5x5_plane_30x64": lambda b: dict(kernel=(5, 5), size=(30, 64), lead=(2,)),
     # Tall kernels: the column-streaming CUDA kernel with the zero border
     # (several warps and tiles along x and y, kernels wider than tall).
     "kernel_13x13_plane_70x90": lambda b: dict(kernel=(13, 13), size=(70, 90), lead=(2,)),
