@@ -335,15 +335,20 @@ __global__ void __launch_bounds__(kBlockedThreads, kMinBlocks)
 
 // The shared-taps kernel's shape for K taps of T on the path with V columns
 // per thread (kQuads: the vector path): rows per thread, or 0 where the kernel
-// above stays, and the blocks per SM ptxas plans for. Timed on an H100 against
-// the kernel above (see bench/NOTES.md): 7 taps in every dtype; 5 taps of
-// float32 on the vector path and of 16-bit data with 8 columns.
+// above stays, and the blocks per SM ptxas plans for (4 leaves 64 registers
+// and spills a few bytes, still the fastest where chosen). Timed on an H100
+// against the kernel above and other shapes (see bench/NOTES.md): 7 taps in
+// every dtype; 5 taps of float32 on the vector path and of 16-bit data with 8
+// columns.
 struct SharedTapsShape {
   int rows, min_blocks;
 };
 template <typename T, int K, int V, bool kQuads>
 constexpr SharedTapsShape kSharedTapsShape =
-    K == 7   ? SharedTapsShape{V == 8 || (sizeof(T) == 2 && !kQuads) ? 4 : 8, 3}
+    K == 7   ? (sizeof(T) == 4 ? SharedTapsShape{kQuads ? 8 : 4, 4}
+                : V == 8       ? SharedTapsShape{4, 3}
+                : kQuads       ? SharedTapsShape{8, 3}
+                               : SharedTapsShape{2, 4})
     : K == 5 ? (sizeof(T) == 4 ? SharedTapsShape{kQuads ? 8 : 0, 2}
                                : SharedTapsShape{V == 8 ? 4 : 0, 3})
              : SharedTapsShape{0, 0};
@@ -359,7 +364,7 @@ template <typename T, int K, int V, bool kQuads>
 bool launch_shared_taps(const T* in, const T* weight, const T* bias, T* out,
                         const BlockedCorrelation& g, cudaStream_t stream) {
   constexpr SharedTapsShape shape = kSharedTapsShape<T, K, V, kQuads>;
-  if constexpr (shape.rows == 0 || std::is_same_v<T, double>) {
+  if constexpr (shape.rows == 0 || sizeof(T) * V > 16) {  // 8 columns: 16-bit data only
     return false;
   } else {
     constexpr int R = shape.rows;
