@@ -27,17 +27,19 @@ struct alignas(sizeof(T) * V) Pack {
 
 // One thread per (point, pack of V features), neighbouring threads on
 // neighbouring packs: each corner row is read coalesced along F, 16 bytes per
-// access when V > 1.
-template <typename T, int V>
+// access when V > 1. I is the index type: 32-bit unsigned where every index
+// fits (its division by F / V is a few instructions, 64-bit's a call), else
+// int64_t.
+template <typename T, int V, typename I>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const T* __restrict__ feats, const T* __restrict__ points, T* __restrict__ out,
-                   int64_t total, int64_t f) {
+                   I total, I f) {
   using acc_t = at::opmath_type<T>;
   using P = Pack<T, V>;
-  const int64_t fv = f / V;
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t p = idx / fv, x = idx % fv;
+  const I fv = f / V;
+  for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total;
+       idx += I(gridDim.x) * blockDim.x) {
+    const I p = idx / fv, x = idx % fv;
     const T* pt = points + 3 * p;
     const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
     const P* fp = reinterpret_cast<const P*>(feats + p * 8 * f) + x;
@@ -332,8 +334,16 @@ void forward_cuda(const at::Tensor& feats, const at::Tensor& points, const at::T
         auto launch = [&](auto v) {
           constexpr int V = decltype(v)::value;
           const int64_t total = out.numel() / V;
-          forward_kernel<scalar_t, V><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
-              fp, points.const_data_ptr<scalar_t>(), op, total, f);
+          const int64_t blocks = blocks_for(total, kThreads);
+          // 32-bit indices while feats' elements and the grid-stride loop's
+          // last step (below total + blocks * kThreads) stay under 2^31.
+          if (feats.numel() < (int64_t{1} << 31) && total + blocks * kThreads < (int64_t{1} << 31)) {
+            forward_kernel<scalar_t, V, uint32_t><<<blocks, kThreads, 0, stream>>>(
+                fp, points.const_data_ptr<scalar_t>(), op, uint32_t(total), uint32_t(f));
+          } else {
+            forward_kernel<scalar_t, V, int64_t><<<blocks, kThreads, 0, stream>>>(
+                fp, points.const_data_ptr<scalar_t>(), op, total, f);
+          }
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         };
         constexpr int kPack = 16 / sizeof(scalar_t) > 1 ? 16 / sizeof(scalar_t) : 1;
