@@ -103,6 +103,33 @@ __device__ __forceinline__ void load_blocked_row(const T* __restrict__ src, int 
   }
 }
 
+// Writes a thread's R x V sums (plus bias[oc] when there is a bias) to the
+// output plane at dst, rows from y0 and columns from x0: one vector store per
+// row on the vector path, else the columns inside the plane one at a time.
+template <typename T, typename acc_t, int R, int V, bool kQuads>
+__device__ __forceinline__ void store_blocked_outputs(const acc_t (&acc)[R][V],
+                                                      const T* __restrict__ bias, int oc,
+                                                      T* __restrict__ dst, int y0, int x0,
+                                                      const BlockedCorrelation& g) {
+  const acc_t b = bias != nullptr ? static_cast<acc_t>(bias[oc]) : acc_t(0);
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int y = y0 + i;
+    if (y >= g.oh) break;
+    if constexpr (kQuads) {
+      Vec<T, V> o;
+#pragma unroll
+      for (int v = 0; v < V; ++v) o.v[v] = static_cast<T>(acc[i][v] + b);
+      *reinterpret_cast<Vec<T, V>*>(dst + y * g.ow + x0) = o;
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        if (x0 + v < g.ow) dst[y * g.ow + x0 + v] = static_cast<T>(acc[i][v] + b);
+      }
+    }
+  }
+}
+
 // Whether the kernel below walks the tap rows outermost (float32 with 7 taps:
 // 49 weights in registers would spill under the two-blocks-per-SM bound).
 template <typename T, int K>
@@ -197,24 +224,8 @@ __global__ void __launch_bounds__(kBlockedThreads, 2)
       }
     }
   }
-  const acc_t b = bias != nullptr ? static_cast<acc_t>(bias[oc]) : acc_t(0);
-  T* dst = out + int64_t(plane) * g.oh * g.ow;
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const int y = y0 + i;
-    if (y >= g.oh) break;
-    if constexpr (kQuads) {
-      Vec<T, V> o;
-#pragma unroll
-      for (int v = 0; v < V; ++v) o.v[v] = static_cast<T>(acc[i][v] + b);
-      *reinterpret_cast<Vec<T, V>*>(dst + y * g.ow + x0) = o;
-    } else {
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        if (x0 + v < g.ow) dst[y * g.ow + x0 + v] = static_cast<T>(acc[i][v] + b);
-      }
-    }
-  }
+  store_blocked_outputs<T, acc_t, R, V, kQuads>(acc, bias, oc, out + int64_t(plane) * g.oh * g.ow,
+                                                y0, x0, g);
 }
 
 // Taps of one plane as the shared-taps kernel below stages them: K rows of
@@ -313,24 +324,8 @@ __global__ void __launch_bounds__(kBlockedThreads, kMinBlocks)
       }
     }
   }
-  const float b = bias != nullptr ? static_cast<float>(bias[oc]) : 0.f;
-  T* dst = out + int64_t(plane) * g.oh * g.ow;
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const int y = y0 + i;
-    if (y >= g.oh) break;
-    if constexpr (kQuads) {
-      Vec<T, V> o;
-#pragma unroll
-      for (int v = 0; v < V; ++v) o.v[v] = static_cast<T>(acc[i][v] + b);
-      *reinterpret_cast<Vec<T, V>*>(dst + y * g.ow + x0) = o;
-    } else {
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        if (x0 + v < g.ow) dst[y * g.ow + x0 + v] = static_cast<T>(acc[i][v] + b);
-      }
-    }
-  }
+  store_blocked_outputs<T, float, R, V, kQuads>(acc, bias, oc, out + int64_t(plane) * g.oh * g.ow,
+                                                y0, x0, g);
 }
 
 // The shared-taps kernel's shape for K taps of T on the path with V columns
