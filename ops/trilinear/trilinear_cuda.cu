@@ -258,7 +258,8 @@ __global__ void __launch_bounds__(kThreads)
       Pack<T, kVec> o;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        o.v[k] = static_cast<T>(weights[r / 8][r % 8] * static_cast<acc_t>(go_tile[(r / 8) * f + x]));
+        o.v[k] =
+            static_cast<T>(weights[r / 8][r % 8] * static_cast<acc_t>(go_tile[(r / 8) * f + x]));
         if (++x == f) x = 0, ++r;
       }
       reinterpret_cast<Pack<T, kVec>*>(gf)[v] = o;
@@ -337,7 +338,8 @@ void forward_cuda(const at::Tensor& feats, const at::Tensor& points, const at::T
           const int64_t blocks = blocks_for(total, kThreads);
           // 32-bit indices while feats' elements and the grid-stride loop's
           // last step (below total + blocks * kThreads) stay under 2^31.
-          if (feats.numel() < (int64_t{1} << 31) && total + blocks * kThreads < (int64_t{1} << 31)) {
+          if (feats.numel() < (int64_t{1} << 31) &&
+              total + blocks * kThreads < (int64_t{1} << 31)) {
             forward_kernel<scalar_t, V, uint32_t><<<blocks, kThreads, 0, stream>>>(
                 fp, points.const_data_ptr<scalar_t>(), op, uint32_t(total), uint32_t(f));
           } else {
