@@ -5,7 +5,8 @@
 // depthwise_conv2d and filter2d run their forward passes and stride-1 input
 // gradients (the same correlation over the grad output with the taps rotated)
 // through it where it takes the geometry; the tiled engine in
-// plane_correlation.cuh takes the rest.
+// plane_correlation.cuh takes the rest. At stride 1, float16 and bfloat16
+// data go to the tensor-core kernel (tensor_core_correlation.cuh) first.
 #pragma once
 
 #include <ATen/OpMathType.h>
@@ -14,17 +15,10 @@
 #include <cstdint>
 #include <type_traits>
 
-namespace customconv {
+#include "ops/common/correlation_geometry.h"
+#include "ops/common/tensor_core_correlation.cuh"
 
-// Output plane `plane` (image n = plane / out_channels, channel oc) sums `fan`
-// input planes: for j < fan, weight row oc * fan + j applied to input channel
-// (oc * fan + j) / div of image n. Forward: fan 1, div m (the multiplier).
-// Input gradient: fan m, div 1, flip (taps rotated by 180 degrees).
-struct BlockedCorrelation {
-  int planes, out_channels, in_channels, fan, div;
-  int h, w, oh, ow, ph, pw;
-  bool flip;
-};
+namespace customconv {
 
 constexpr int kBlockedThreads = 256;
 
@@ -419,6 +413,7 @@ void launch_blocked(const T* in, const T* weight, const T* bias, T* out,
   };
   const bool fit8 = sizeof(T) == 2 && vectors_fit(8), fit4 = vectors_fit(4);
   if constexpr (S == 1) {
+    if (launch_tensor_core_correlation<T, K>(in, weight, bias, out, g, stream)) return;
     if (fit8 ? launch_shared_taps<T, K, 8, true>(in, weight, bias, out, g, stream)
              : fit4 ? launch_shared_taps<T, K, 4, true>(in, weight, bias, out, g, stream)
                     : launch_shared_taps<T, K, 4, false>(in, weight, bias, out, g, stream)) {

@@ -60,6 +60,11 @@ def test_depthwise_conv2d_matches_torch_on_random_configs(device, dtype, idx, rn
     run_depthwise_case(cfg, device, dtype, gen, ctx, call)
 
 
+# The tensor-core kernel's conditions besides the kernel, padding and plane:
+# stride 1, dilation 1, contiguous (aligned) input and grad output.
+TENSOR_CORES = dict(stride=(1, 1), dilation=(1, 1), input_layout="contiguous",
+                    grad_layout="contiguous")
+
 EDGE_CASES = {
     "batch0": dict(batch=0),
     "batch0_large_kernel": dict(batch=0, kernel=(9, 7)),
@@ -173,6 +178,23 @@ EDGE_CASES = {
                                      dilation=(1, 1), size=(19, 13), batch=2),
     "shared_taps_5x5_tiles": dict(kernel=(5, 5), padding=(2, 2), stride=(1, 1), dilation=(1, 1),
                                   size=(21, 40), batch=3),
+    # float16 and bfloat16 with 5 or 7 taps (3 on planes 2048 wide), "same"
+    # column padding and widths of a multiple of 8, on planes of 32 x 32 or
+    # more, take the tensor-core CUDA kernel: tiles of 64 rows and 64 or 128
+    # columns (several along x and y, partial at the edges), uneven row
+    # padding, multipliers, more tiles than resident blocks (each block walks
+    # several, changing channel), the input gradient (taps rotated).
+    "tensor_cores_7x7_tiles": dict(kernel=(7, 7), padding=(3, 3), size=(70, 136), batch=2,
+                                   channels=3, multiplier=1, **TENSOR_CORES),
+    "tensor_cores_5x5_uneven_rows_multiplier2": dict(kernel=(5, 5), padding=(0, 2), size=(41, 48),
+                                                     multiplier=2, **TENSOR_CORES),
+    "tensor_cores_7x7_rows_padded_past_kernel": dict(kernel=(7, 7), padding=(9, 3), size=(33, 32),
+                                                     batch=1, channels=2, multiplier=1,
+                                                     **TENSOR_CORES),
+    "tensor_cores_5x5_many_planes": dict(kernel=(5, 5), padding=(2, 2), size=(32, 40), batch=8,
+                                         channels=160, multiplier=1, **TENSOR_CORES),
+    "tensor_cores_3x3_wide": dict(kernel=(3, 3), padding=(1, 1), size=(35, 2056), batch=1,
+                                  channels=2, multiplier=1, **TENSOR_CORES),
     # Tall kernels (9 to 31 odd tap rows) at stride 1 take the column-streaming
     # CUDA kernel on planes of 21 rows or more (28 per warp, at least three
     # quarters used): several planes per block, several warps and tiles along x

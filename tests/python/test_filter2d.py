@@ -68,6 +68,8 @@ def smallest(kernel):
 
 
 # name -> a callable(border) -> the pinned config fields.
+CONTIGUOUS = dict(input_layout="contiguous", grad_layout="contiguous")
+
 EDGE_CASES = {
     "kernel_1x1": lambda b: dict(kernel=(1, 1)),
     "kernel_1x1_plane_1x1": lambda b: dict(kernel=(1, 1), size=(1, 1)),
@@ -84,6 +86,15 @@ EDGE_CASES = {
     "kernel_7x7_plane_26x48": lambda b: dict(kernel=(7, 7), size=(26, 48), lead=(3,)),
     "kernel_7x7_plane_17x36": lambda b: dict(kernel=(7, 7), size=(17, 36), lead=(2,)),
     "kernel_5x5_plane_30x64": lambda b: dict(kernel=(5, 5), size=(30, 64), lead=(2,)),
+    # The tensor-core CUDA kernel (float16 and bfloat16, widths of a multiple
+    # of 8, planes of 32 x 32 or more; 3 taps on planes 2048 wide): several
+    # tiles along x and y, partial at the edges.
+    "tensor_cores_7x7_plane_70x136": lambda b: dict(kernel=(7, 7), size=(70, 136), lead=(2,),
+                                                    **CONTIGUOUS),
+    "tensor_cores_5x5_plane_65x200": lambda b: dict(kernel=(5, 5), size=(65, 200), lead=(3,),
+                                                    **CONTIGUOUS),
+    "tensor_cores_3x3_plane_33x2048": lambda b: dict(kernel=(3, 3), size=(33, 2048), lead=(),
+                                                     **CONTIGUOUS),
     # Tall kernels: the column-streaming CUDA kernel with the zero border
     # (several warps and tiles along x and y, kernels wider than tall).
     "kernel_13x13_plane_70x90": lambda b: dict(kernel=(13, 13), size=(70, 90), lead=(2,)),

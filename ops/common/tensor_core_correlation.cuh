@@ -1,0 +1,381 @@
+// Stride-1 plane correlation of float16 and bfloat16 data on tensor cores.
+//
+// One tap row of a correlation is a product with a banded Toeplitz matrix:
+// for output columns x..x+7 and the 16 input columns c..c+15 their taps read,
+//   out[y][x + n] += sum_k in[y + dy - ph][c + k] * B_dy[k][n],
+//   B_dy[k][n] = w[dy][c + k - x - n + pw]   (zero off the kernel),
+// which is one m16n8k16 mma per 16 output rows. The products of two 16-bit
+// values are exact in float32 and the mma sums them in float32, as the
+// contract asks (accumulate in float32). Where the register-blocked kernel
+// spends about 3 warp instructions per output at 7 taps, this one spends
+// about 0.2, so what is left is moving the data.
+//
+// Geometry taken: stride 1, dilation 1, zero border, one weight plane per
+// output plane (fan 1), odd square kernels of at most 9 taps with "same"
+// column padding pw = (K - 1) / 2 (any row padding), widths of a multiple of
+// 8 elements on 16-byte aligned pointers, planes of at least 32 x 32 (3 taps:
+// at least 2048 wide), on devices and binaries of compute capability 8.0 or
+// newer. The launcher says false otherwise and the caller goes on to the
+// register-blocked kernels.
+#pragma once
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "ops/common/correlation_geometry.h"
+
+namespace customconv {
+
+// A tile covers 16 * kWarps output rows (16 per warp) and kGroups groups of
+// 16 output columns of one plane. Shared-memory row of its staged input and
+// of the output staging, in elements: the tile's columns plus 8 on the left
+// and 8 on the right, plus 8 so that a row is an odd number of 16-byte units
+// and the eight rows of an ldmatrix fall in distinct banks.
+template <int kGroups>
+constexpr int kTensorCorePitch = 16 * kGroups + 24;
+
+namespace tensor_core_detail {
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+// 16 bytes from global src to shared dst, or zeros when bytes is 0.
+__device__ __forceinline__ void copy_async_16(unsigned dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
+// The four 8x8 matrices of a 16x16 A operand; lane l gives the address of
+// row l % 16, columns 8 * (l / 16) onwards.
+__device__ __forceinline__ void load_matrix_x4(uint32_t (&a)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(addr));
+}
+
+// acc += A (16x16, row-major) * B (16x8, column-major), float32 sums.
+template <typename T>
+__device__ __forceinline__ void mma_16x8x16(float (&acc)[4], const uint32_t (&a)[4], uint2 b) {
+  if constexpr (std::is_same_v<T, c10::Half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+  }
+}
+#endif
+
+}  // namespace tensor_core_detail
+
+// A 16-bit value's bits.
+template <typename T>
+__device__ __forceinline__ uint32_t bits_of(T v) {
+  return static_cast<uint32_t>(v.x);
+}
+
+// Two values rounded to T, packed as one 32-bit word (a in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t pack_pair(float a, float b) {
+  return bits_of(static_cast<T>(a)) | bits_of(static_cast<T>(b)) << 16;
+}
+
+// Where a tile of the tensor-core kernel lies: output rows y0 .. y0 + 16 kWarps
+// - 1 and columns x0 .. x0 + 127 of output plane `plane` (weight row oc), and
+// how many of its 17 column tiles (see the kernel) start inside the plane.
+struct TensorCoreTile {
+  int plane, oc, y0, x0, tiles;
+};
+
+template <int K, int kWarps, int kGroups>
+__device__ __forceinline__ TensorCoreTile tensor_core_tile(int t, int col_tiles, int row_tiles,
+                                                           const BlockedCorrelation& g) {
+  constexpr int P = (K - 1) / 2;
+  const int cx = t % col_tiles, rest = t / col_tiles;
+  const int plane = rest / row_tiles;
+  const int x0 = cx * 16 * kGroups;
+  return {plane, plane % g.out_channels, rest % row_tiles * 16 * kWarps, x0,
+          min(2 * kGroups + 1, (g.ow - x0 + 15 - P) / 8)};
+}
+
+// Starts copying (cp.async, one group) the tile's 16 kWarps + K - 1 input rows
+// from y0 - ph, columns x0 - 8 .. up to x0 + 135 (the windows of its column
+// tiles), zero outside the plane, to `buffer` (rows of
+// kTensorCorePitch<kGroups>).
+// w is a multiple of 8, so an 8-element chunk lies wholly inside or wholly
+// outside a row.
+template <typename T, int K, int kWarps, int kGroups>
+__device__ __forceinline__ void stage_tensor_core_input(const T* __restrict__ in,
+                                                        const TensorCoreTile& tile,
+                                                        const BlockedCorrelation& g,
+                                                        unsigned buffer) {
+  constexpr int kRows = 16 * kWarps + K - 1;
+  const int n = tile.plane / g.out_channels;
+  const T* src = in + (int64_t(n) * g.in_channels + tile.oc / g.div) * g.h * g.w;
+  const int chunks = tile.tiles + 1;
+  for (int e = threadIdx.x; e < kRows * chunks; e += 32 * kWarps) {
+    const int r = e / chunks, q = e % chunks;
+    const int iy = tile.y0 - g.ph + r, ix = tile.x0 - 8 + 8 * q;
+    const bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+    tensor_core_detail::copy_async_16(buffer + 2 * (r * kTensorCorePitch<kGroups> + 8 * q),
+                                      inside ? src + iy * g.w + ix : src, inside ? 16 : 0);
+  }
+}
+
+// A lane's B registers for weight row oc: tap row dy's rows
+// k = 2 (l % 4) + {0, 1} and + 8, column l / 4: w[dy][k - l / 4], zero off
+// the kernel (taps rotated by 180 degrees when g.flip).
+template <typename T, int K>
+__device__ __forceinline__ void load_tensor_core_taps(const T* __restrict__ weight, int oc,
+                                                      const BlockedCorrelation& g, int lane,
+                                                      uint2 (&b_regs)[K]) {
+  const uint16_t* taps = reinterpret_cast<const uint16_t*>(weight) + int64_t(oc) * K * K;
+#pragma unroll
+  for (int dy = 0; dy < K; ++dy) {
+    uint32_t words[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int dx = 2 * (lane & 3) + 8 * r + i - (lane >> 2);
+        if (dx >= 0 && dx < K) {
+          const uint32_t tap = g.flip ? taps[(K - 1 - dy) * K + (K - 1 - dx)] : taps[dy * K + dx];
+          word |= tap << (16 * i);
+        }
+      }
+      words[r] = word;
+    }
+    b_regs[dy] = make_uint2(words[0], words[1]);
+  }
+}
+
+// Persistent blocks of 32 * kWarps threads walk the tiles t = blockIdx.x,
+// + gridDim.x, ... (numbered column tile first, then row tile, then plane),
+// copying the next tile's input into the second of two shared buffers while
+// they compute the current one. K taps, padding P = (K - 1) / 2 on the
+// columns.
+// Columns: a tile's outputs x0 .. x0 + 127 are covered by 17 column tiles of
+// 8, column tile i at output columns x0 - 8 + P + 8 i .. + 7, whose taps read
+// exactly the input columns x0 - 8 + 8 i .. + 15: a 16-wide window starting
+// on a 16-byte boundary. So B_dy[k][n] = w[dy][k - n] is the same for every
+// column tile, and each lane keeps its two registers of it per tap row.
+// Rows: warp w owns output rows y0 + 16 w .. + 15. For each tap row dy it
+// walks the column tiles, loading each 16x8 piece of staged input rows
+// 16 w + dy .. + 15 once with ldmatrix (a window is the previous window's
+// right half and a new piece), one mma per column tile. Lane l then holds
+// rows l / 4 and l / 4 + 8, columns 2 (l % 4) and + 1 of each column tile;
+// the warp writes them to its own 16 rows of the (consumed) input buffer and
+// reads them back as 16-byte pieces of the output rows (realigned by 8 - P
+// columns) for whole-line stores.
+template <typename T, int K, int kWarps, int kGroups>
+__global__ void __launch_bounds__(32 * kWarps)
+    tensor_core_correlation_kernel(const T* __restrict__ in, const T* __restrict__ weight,
+                                   const T* __restrict__ bias, T* __restrict__ out,
+                                   BlockedCorrelation g, int col_tiles, int row_tiles, int total) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // never launched: the launcher checks the binary's compute capability
+#else
+  using namespace tensor_core_detail;
+  constexpr int kRows = 16 * kWarps + K - 1;
+  constexpr int kBufferBytes = 2 * kRows * kTensorCorePitch<kGroups>;
+  constexpr int P = (K - 1) / 2;
+  constexpr int kTiles = 2 * kGroups + 1;
+  extern __shared__ uint4 tensor_core_shared[];
+  const unsigned shared_base = static_cast<unsigned>(__cvta_generic_to_shared(tensor_core_shared));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+  int t = blockIdx.x;
+  if (t >= total) return;
+  TensorCoreTile tile = tensor_core_tile<K, kWarps, kGroups>(t, col_tiles, row_tiles, g);
+  stage_tensor_core_input<T, K, kWarps, kGroups>(in, tile, g, shared_base);
+  asm volatile("cp.async.commit_group;");
+  int taps_oc = -1;
+  uint2 b_regs[K];
+  for (int k = 0; t < total; ++k, t += gridDim.x) {
+    const unsigned buffer = shared_base + (k & 1) * kBufferBytes;
+    const int t_next = t + gridDim.x;
+    TensorCoreTile next_tile{};
+    if (t_next < total) {
+      next_tile = tensor_core_tile<K, kWarps, kGroups>(t_next, col_tiles, row_tiles, g);
+      stage_tensor_core_input<T, K, kWarps, kGroups>(in, next_tile, g,
+                                            shared_base + ((k + 1) & 1) * kBufferBytes);
+    }
+    asm volatile("cp.async.commit_group;");
+    if (tile.oc != taps_oc) {  // the same for the whole block
+      load_tensor_core_taps<T, K>(weight, tile.oc, g, lane, b_regs);
+      taps_oc = tile.oc;
+    }
+    asm volatile("cp.async.wait_group 1;");
+    __syncthreads();
+
+    const bool active = tile.y0 + 16 * warp < g.oh;
+    const float b = bias != nullptr ? static_cast<float>(bias[tile.oc]) : 0.f;
+    float acc[kTiles][4];
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][c] = b;
+    }
+    if (active) {
+      // Lane l addresses row l % 16, columns 8 (l / 16) onwards of a window.
+      const unsigned a_base =
+          buffer + 2 * ((16 * warp + (lane & 15)) * kTensorCorePitch<kGroups> + 8 * (lane >> 4));
+#pragma unroll
+      for (int dy = 0; dy < K; ++dy) {
+        const unsigned row = a_base + 2 * dy * kTensorCorePitch<kGroups>;
+        uint32_t cur[4];  // the window of column tile i (input columns 8 i .. 8 i + 15)
+        load_matrix_x4(cur, row);
+        mma_16x8x16<T>(acc[0], cur, b_regs[dy]);
+#pragma unroll
+        for (int i = 1; i < kTiles; i += 2) {
+          if (i < tile.tiles) {
+            uint32_t next[4];  // the window of column tile i + 1
+            load_matrix_x4(next, row + 16 * (i + 1));
+            const uint32_t mid[4] = {cur[2], cur[3], next[0], next[1]};
+            mma_16x8x16<T>(acc[i], mid, b_regs[dy]);
+            if (i + 1 < tile.tiles) mma_16x8x16<T>(acc[i + 1], next, b_regs[dy]);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) cur[c] = next[c];
+          }
+        }
+      }
+    }
+    __syncthreads();  // every warp is done reading the buffer
+
+    if (active) {
+      // This warp's staging rows: column s holds output column x0 - 8 + P + s.
+      uint16_t* stage = reinterpret_cast<uint16_t*>(tensor_core_shared) +
+                        (k & 1) * (kBufferBytes / 2) + 16 * warp * kTensorCorePitch<kGroups>;
+      uint32_t* stage_words = reinterpret_cast<uint32_t*>(stage);
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) {
+        if (i < tile.tiles) {
+          const int word = 4 * i + (lane & 3);
+          stage_words[(lane >> 2) * (kTensorCorePitch<kGroups> / 2) + word] =
+              pack_pair<T>(acc[i][0], acc[i][1]);
+          stage_words[((lane >> 2) + 8) * (kTensorCorePitch<kGroups> / 2) + word] =
+              pack_pair<T>(acc[i][2], acc[i][3]);
+        }
+      }
+      __syncwarp();
+      // Output piece q of row m (columns x0 + 8 q .. + 7) is staged at columns
+      // 8 q + 8 - P .. + 7: words 4 q + (8 - P) / 2 .., half a word further
+      // when P is odd.
+      T* dst = out + int64_t(tile.plane) * g.oh * g.ow;
+      constexpr int kShift = 8 - P;
+#pragma unroll
+      for (int j = 0; j < kGroups; ++j) {  // 16 rows of 2 kGroups pieces
+        const int it = lane + 32 * j;
+        const int m = it / (2 * kGroups), q = it % (2 * kGroups);
+        const int y = tile.y0 + 16 * warp + m, x = tile.x0 + 8 * q;
+        if (y >= g.oh || x >= g.ow) continue;
+        const uint4* piece =
+            reinterpret_cast<const uint4*>(stage + m * kTensorCorePitch<kGroups> + 8 * q);
+        const uint4 lo = piece[0], hi = piece[1];
+        const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        uint32_t o[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          o[c] = kShift % 2 == 0 ? w[c + kShift / 2]
+                                 : __funnelshift_r(w[c + kShift / 2], w[c + kShift / 2 + 1], 16);
+        }
+        *reinterpret_cast<uint4*>(dst + y * g.ow + x) = make_uint4(o[0], o[1], o[2], o[3]);
+      }
+    }
+    __syncthreads();  // the buffer is free for the tile after next
+    tile = next_tile;
+  }
+  asm volatile("cp.async.wait_all;");
+#endif
+}
+
+// Warps per block of the tensor-core kernel.
+constexpr int kTensorCoreWarps = 4;
+
+// Launches the tensor-core kernel with tiles of kGroups 16-column groups as
+// persistent blocks (as many as fit on the device at once).
+template <typename T, int K, int kGroups>
+void launch_tensor_core_variant(const T* in, const T* weight, const T* bias, T* out,
+                                const BlockedCorrelation& g, int64_t total, int device,
+                                cudaStream_t stream) {
+  constexpr int kWarps = kTensorCoreWarps;
+  const auto kernel = tensor_core_correlation_kernel<T, K, kWarps, kGroups>;
+  constexpr size_t kShared = size_t(2) * 2 * (16 * kWarps + K - 1) * kTensorCorePitch<kGroups>;
+  static std::atomic<int> resident[64];
+  if (resident[device].load() == 0) {
+    int per_sm = 0, sms = 0;
+    C10_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kWarps, kShared));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    resident[device].store(std::max(1, per_sm * sms));
+  }
+  const int col_tiles = (g.ow + 16 * kGroups - 1) / (16 * kGroups);
+  const int row_tiles = (g.oh + 16 * kWarps - 1) / (16 * kWarps);
+  const int blocks = static_cast<int>(std::min<int64_t>(total, resident[device].load()));
+  kernel<<<blocks, 32 * kWarps, kShared, stream>>>(in, weight, bias, out, g, col_tiles, row_tiles,
+                                                    static_cast<int>(total));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Runs the tensor-core kernel when it takes the geometry (see the top of this
+// file) on the current device; false otherwise.
+template <typename T, int K>
+bool launch_tensor_core_correlation(const T* in, const T* weight, const T* bias, T* out,
+                                    const BlockedCorrelation& g, cudaStream_t stream) {
+  if constexpr (!std::is_same_v<T, c10::Half> && !std::is_same_v<T, c10::BFloat16>) {
+    return false;
+  } else {
+    const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (K > 9 || K % 2 == 0 || g.fan != 1 || g.pw != (K - 1) / 2 || g.ph < 0 || g.w % 8 != 0 ||
+        g.ow % 8 != 0 || !aligned16(in) || !aligned16(out)) {
+      return false;
+    }
+    // Where it pays (H100, against the register-blocked kernels): planes of
+    // at least 32 x 32 (16 x 16 ran 3 to 5 times slower, 56 x 56 with 5 or 7
+    // taps 10 to 20% faster); 3 taps only on planes 2048 or more wide (4096
+    // wide: 5% faster; 1024 wide: even; 112 wide: 6% slower).
+    if (g.oh < 32 || g.ow < 32 || (K == 3 && g.ow < 2048)) return false;
+    // Whether the binary the device runs was built for compute capability
+    // 8.0 or newer, found once per device (0: not yet known, 1: yes, 2: no).
+    static std::atomic<int> binary_ok[64];
+    const int device = c10::cuda::current_device();
+    if (device >= 64) return false;
+    if (binary_ok[device].load() == 0) {
+      cudaFuncAttributes attr{};
+      const auto kernel = tensor_core_correlation_kernel<T, K, kTensorCoreWarps, 8>;
+      const bool ok = cudaFuncGetAttributes(&attr, kernel) == cudaSuccess &&
+                      attr.binaryVersion >= 80 && attr.ptxVersion >= 80;
+      (void)cudaGetLastError();
+      binary_ok[device].store(ok ? 1 : 2);
+    }
+    if (binary_ok[device].load() != 1) return false;
+    // Tiles of 128 columns, or of 64 for narrow planes and for few tiles
+    // (finer work for the persistent blocks to share).
+    const int64_t row_tiles = (g.oh + 16 * kTensorCoreWarps - 1) / (16 * kTensorCoreWarps);
+    const int64_t wide_tiles = int64_t(g.planes) * row_tiles * ((g.ow + 127) / 128);
+    const bool narrow = g.ow <= 64 || wide_tiles < 4096;
+    const int64_t total =
+        narrow ? int64_t(g.planes) * row_tiles * ((g.ow + 63) / 64) : wide_tiles;
+    if (total >= (int64_t{1} << 31)) return false;
+    if (narrow) {
+      launch_tensor_core_variant<T, K, 4>(in, weight, bias, out, g, total, device, stream);
+    } else {
+      launch_tensor_core_variant<T, K, 8>(in, weight, bias, out, g, total, device, stream);
+    }
+    return true;
+  }
+}
+
+}  // namespace customconv
