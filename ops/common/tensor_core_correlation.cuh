@@ -19,6 +19,7 @@
 // register-blocked kernels.
 #pragma once
 
+#include <ATen/cuda/detail/IntegerDivider.cuh>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/BFloat16.h>
@@ -92,20 +93,34 @@ __device__ __forceinline__ uint32_t pack_pair(float a, float b) {
 }
 
 // Where a tile of the tensor-core kernel lies: output rows y0 .. y0 + 16 kWarps
-// - 1 and columns x0 .. x0 + 127 of output plane `plane` (weight row oc), and
-// how many of its 17 column tiles (see the kernel) start inside the plane.
+// - 1 and columns x0 .. x0 + 16 kGroups - 1 of output plane `plane` (weight
+// row oc, input plane src_plane), and how many of its 2 kGroups + 1 column
+// tiles (see the kernel) start inside the plane.
 struct TensorCoreTile {
-  int plane, oc, y0, x0, tiles;
+  int plane, oc, src_plane, y0, x0, tiles;
+};
+
+// The divisions that number the tiles (column tile first, then row tile,
+// then plane), as multiply-and-shift dividers.
+struct TensorCoreTiling {
+  at::cuda::detail::IntDivider<unsigned> col_tiles, row_tiles, out_channels, div;
 };
 
 template <int K, int kWarps, int kGroups>
-__device__ __forceinline__ TensorCoreTile tensor_core_tile(int t, int col_tiles, int row_tiles,
+__device__ __forceinline__ TensorCoreTile tensor_core_tile(int t, const TensorCoreTiling& tiling,
                                                            const BlockedCorrelation& g) {
   constexpr int P = (K - 1) / 2;
-  const int cx = t % col_tiles, rest = t / col_tiles;
-  const int plane = rest / row_tiles;
-  const int x0 = cx * 16 * kGroups;
-  return {plane, plane % g.out_channels, rest % row_tiles * 16 * kWarps, x0,
+  const auto by_col = tiling.col_tiles.divmod(t);
+  const auto by_row = tiling.row_tiles.divmod(by_col.div);
+  const int plane = by_row.div;
+  const auto by_channel = tiling.out_channels.divmod(plane);
+  const int n = by_channel.div, oc = by_channel.mod;
+  const int x0 = by_col.mod * 16 * kGroups;
+  return {plane,
+          oc,
+          n * g.in_channels + static_cast<int>(tiling.div.div(oc)),
+          static_cast<int>(by_row.mod) * 16 * kWarps,
+          x0,
           min(2 * kGroups + 1, (g.ow - x0 + 15 - P) / 8)};
 }
 
@@ -121,15 +136,20 @@ __device__ __forceinline__ void stage_tensor_core_input(const T* __restrict__ in
                                                         const BlockedCorrelation& g,
                                                         unsigned buffer) {
   constexpr int kRows = 16 * kWarps + K - 1;
-  const int n = tile.plane / g.out_channels;
-  const T* src = in + (int64_t(n) * g.in_channels + tile.oc / g.div) * g.h * g.w;
+  constexpr int kChunks = 2 * kGroups + 2;  // per row, at most
+  constexpr int kThreads = 32 * kWarps;
+  const T* src = in + int64_t(tile.src_plane) * g.h * g.w;
   const int chunks = tile.tiles + 1;
-  for (int e = threadIdx.x; e < kRows * chunks; e += 32 * kWarps) {
-    const int r = e / chunks, q = e % chunks;
-    const int iy = tile.y0 - g.ph + r, ix = tile.x0 - 8 + 8 * q;
-    const bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-    tensor_core_detail::copy_async_16(buffer + 2 * (r * kTensorCorePitch<kGroups> + 8 * q),
-                                      inside ? src + iy * g.w + ix : src, inside ? 16 : 0);
+#pragma unroll
+  for (int j = 0; j < (kRows * kChunks + kThreads - 1) / kThreads; ++j) {
+    const int e = threadIdx.x + j * kThreads;
+    const int r = e / kChunks, q = e % kChunks;
+    if (r < kRows && q < chunks) {
+      const int iy = tile.y0 - g.ph + r, ix = tile.x0 - 8 + 8 * q;
+      const bool inside = unsigned(iy) < unsigned(g.h) && unsigned(ix) < unsigned(g.w);
+      tensor_core_detail::copy_async_16(buffer + 2 * (r * kTensorCorePitch<kGroups> + 8 * q),
+                                        inside ? src + iy * g.w + ix : src, inside ? 16 : 0);
+    }
   }
 }
 
@@ -183,7 +203,7 @@ template <typename T, int K, int kWarps, int kGroups>
 __global__ void __launch_bounds__(32 * kWarps)
     tensor_core_correlation_kernel(const T* __restrict__ in, const T* __restrict__ weight,
                                    const T* __restrict__ bias, T* __restrict__ out,
-                                   BlockedCorrelation g, int col_tiles, int row_tiles, int total) {
+                                   BlockedCorrelation g, TensorCoreTiling tiling, int total) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // never launched: the launcher checks the binary's compute capability
 #else
@@ -198,7 +218,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 
   int t = blockIdx.x;
   if (t >= total) return;
-  TensorCoreTile tile = tensor_core_tile<K, kWarps, kGroups>(t, col_tiles, row_tiles, g);
+  TensorCoreTile tile = tensor_core_tile<K, kWarps, kGroups>(t, tiling, g);
   stage_tensor_core_input<T, K, kWarps, kGroups>(in, tile, g, shared_base);
   asm volatile("cp.async.commit_group;");
   int taps_oc = -1;
@@ -208,7 +228,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     const int t_next = t + gridDim.x;
     TensorCoreTile next_tile{};
     if (t_next < total) {
-      next_tile = tensor_core_tile<K, kWarps, kGroups>(t_next, col_tiles, row_tiles, g);
+      next_tile = tensor_core_tile<K, kWarps, kGroups>(t_next, tiling, g);
       stage_tensor_core_input<T, K, kWarps, kGroups>(in, next_tile, g,
                                             shared_base + ((k + 1) & 1) * kBufferBytes);
     }
@@ -321,10 +341,11 @@ void launch_tensor_core_variant(const T* in, const T* weight, const T* bias, T* 
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     resident[device].store(std::max(1, per_sm * sms));
   }
-  const int col_tiles = (g.ow + 16 * kGroups - 1) / (16 * kGroups);
-  const int row_tiles = (g.oh + 16 * kWarps - 1) / (16 * kWarps);
+  const TensorCoreTiling tiling{unsigned((g.ow + 16 * kGroups - 1) / (16 * kGroups)),
+                                unsigned((g.oh + 16 * kWarps - 1) / (16 * kWarps)),
+                                unsigned(g.out_channels), unsigned(g.div)};
   const int blocks = static_cast<int>(std::min<int64_t>(total, resident[device].load()));
-  kernel<<<blocks, 32 * kWarps, kShared, stream>>>(in, weight, bias, out, g, col_tiles, row_tiles,
+  kernel<<<blocks, 32 * kWarps, kShared, stream>>>(in, weight, bias, out, g, tiling,
                                                     static_cast<int>(total));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
