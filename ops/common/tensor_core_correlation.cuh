@@ -14,7 +14,7 @@
 // output plane (fan 1), odd square kernels of at most 9 taps with "same"
 // column padding pw = (K - 1) / 2 (any row padding), widths of a multiple of
 // 8 elements on 16-byte aligned pointers, planes of at least 32 x 32 (3 taps:
-// at least 2048 wide), on devices and binaries of compute capability 8.0 or
+// at least 1024 wide), on devices and binaries of compute capability 8.0 or
 // newer. The launcher says false otherwise and the caller goes on to the
 // register-blocked kernels.
 #pragma once
@@ -363,11 +363,12 @@ bool launch_tensor_core_correlation(const T* in, const T* weight, const T* bias,
         g.ow % 8 != 0 || !aligned16(in) || !aligned16(out)) {
       return false;
     }
-    // Where it pays (H100, against the register-blocked kernels): planes of
-    // at least 32 x 32 (16 x 16 ran 3 to 5 times slower, 56 x 56 with 5 or 7
-    // taps 10 to 20% faster); 3 taps only on planes 2048 or more wide (4096
-    // wide: 5% faster; 1024 wide: even; 112 wide: 6% slower).
-    if (g.oh < 32 || g.ow < 32 || (K == 3 && g.ow < 2048)) return false;
+    // Where it pays (against the register-blocked kernels, on an H100 and an
+    // H200): planes of at least 32 x 32 (16 x 16 ran 3 to 5 times slower,
+    // 56 x 56 with 5 or 7 taps 20 to 30% faster); 3 taps only on planes 1024 or
+    // more wide (4096 wide: 5% / 10% faster; 1024 wide: even / 12% faster;
+    // 112 wide: 4% / 8% slower).
+    if (g.oh < 32 || g.ow < 32 || (K == 3 && g.ow < 1024)) return false;
     // Whether the binary the device runs was built for compute capability
     // 8.0 or newer, found once per device (0: not yet known, 1: yes, 2: no).
     static std::atomic<int> binary_ok[64];

@@ -178,7 +178,7 @@ EDGE_CASES = {
                                      dilation=(1, 1), size=(19, 13), batch=2),
     "shared_taps_5x5_tiles": dict(kernel=(5, 5), padding=(2, 2), stride=(1, 1), dilation=(1, 1),
                                   size=(21, 40), batch=3),
-    # float16 and bfloat16 with 5 or 7 taps (3 on planes 2048 wide), "same"
+    # float16 and bfloat16 with 5 or 7 taps (3 on planes 1024 wide), "same"
     # column padding and widths of a multiple of 8, on planes of 32 x 32 or
     # more, take the tensor-core CUDA kernel: tiles of 64 rows and 64 or 128
     # columns (several along x and y, partial at the edges), uneven row
