@@ -176,6 +176,33 @@ __device__ inline void copy_group(T* __restrict__ dst, const T* __restrict__ src
   for (int i = vecs * kVec + threadIdx.x; i < count; i += kThreads) dst[i] = src[i];
 }
 
+// copy_group from global memory into shared memory: on compute capability
+// 8.0 and newer the vectors go as cp.async copies, all in flight at once (a
+// plain copy waits for each load before its store), and the caller's next
+// __syncthreads() follows cp_async_wait_all().
+template <typename T>
+__device__ inline void stage_group(T* __restrict__ dst, const T* __restrict__ src, int count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int kVec = 16 / sizeof(T);
+  const int vecs = count / kVec;
+  const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  for (int i = threadIdx.x; i < vecs; i += kThreads) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(base + 16 * i),
+                 "l"(reinterpret_cast<const uint4*>(src) + i));
+  }
+  for (int i = vecs * kVec + threadIdx.x; i < count; i += kThreads) dst[i] = src[i];
+#else
+  copy_group(dst, src, count);
+#endif
+}
+
+// Waits for this thread's stage_group copies.
+__device__ inline void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 // Blocks stride over groups of kGroup points. A block stages the group's
 // feats, then thread t computes features t, t + 256, ... of each point of the
 // group into a shared output tile (consecutive threads on consecutive
@@ -193,13 +220,14 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t p0 = int64_t(blockIdx.x) * kG; p0 < n; p0 += int64_t(gridDim.x) * kG) {
     const int g = static_cast<int>(std::min<int64_t>(kG, n - p0));
     __syncthreads();  // the previous group's tiles are no longer read
-    copy_group(tile, feats + p0 * 8 * f, g * 8 * f);
+    stage_group(tile, feats + p0 * 8 * f, g * 8 * f);
     if (threadIdx.x < g) {
       const T* pt = points + 3 * (p0 + threadIdx.x);
       const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
 #pragma unroll
       for (int c = 0; c < 8; ++c) weights[threadIdx.x][c] = cw.weight[c];
     }
+    cp_async_wait_all();
     __syncthreads();
     for (int q = 0; q < g; ++q) {
       for (int x = threadIdx.x; x < f; x += kThreads) {
@@ -237,8 +265,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t p0 = int64_t(blockIdx.x) * kG; p0 < n; p0 += int64_t(gridDim.x) * kG) {
     const int g = static_cast<int>(std::min<int64_t>(kG, n - p0));
     __syncthreads();  // the previous group's tiles are no longer read
-    copy_group(tile, feats + p0 * 8 * f, g * 8 * f);
-    copy_group(go_tile, go + p0 * f, g * f);
+    stage_group(tile, feats + p0 * 8 * f, g * 8 * f);
+    stage_group(go_tile, go + p0 * f, g * f);
     if (threadIdx.x < g) {
       const T* pt = points + 3 * (p0 + threadIdx.x);
       const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
@@ -249,6 +277,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int a = 0; a < 3; ++a) d_point[threadIdx.x][a][c] = cw.d_point[a][c];
       }
     }
+    cp_async_wait_all();
     __syncthreads();
     // grad_feats[p, c, x] = weight[p][c] * go[p, x]; row r = 8p + c of the group.
     T* gf = grad_feats + p0 * 8 * f;
