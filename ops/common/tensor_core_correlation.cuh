@@ -124,10 +124,10 @@ __device__ __forceinline__ TensorCoreTile tensor_core_tile(int t, const TensorCo
           min(2 * kGroups + 1, (g.ow - x0 + 15 - P) / 8)};
 }
 
-// Starts copying (cp.async, one group) the tile's 16 kWarps + K - 1 input rows
-// from y0 - ph, columns x0 - 8 .. up to x0 + 135 (the windows of its column
-// tiles), zero outside the plane, to `buffer` (rows of
-// kTensorCorePitch<kGroups>).
+// Starts copying (cp.async) the tile's 16 kWarps + K - 1 input rows from
+// y0 - ph, columns x0 - 8 .. up to x0 + 16 kGroups + 7 (the windows of its
+// column tiles inside the plane), zero outside the plane, to `buffer` (rows
+// of kTensorCorePitch<kGroups>).
 // w is a multiple of 8, so an 8-element chunk lies wholly inside or wholly
 // outside a row.
 template <typename T, int K, int kWarps, int kGroups>
@@ -186,8 +186,9 @@ __device__ __forceinline__ void load_tensor_core_taps(const T* __restrict__ weig
 // copying the next tile's input into the second of two shared buffers while
 // they compute the current one. K taps, padding P = (K - 1) / 2 on the
 // columns.
-// Columns: a tile's outputs x0 .. x0 + 127 are covered by 17 column tiles of
-// 8, column tile i at output columns x0 - 8 + P + 8 i .. + 7, whose taps read
+// Columns: a tile's outputs x0 .. x0 + 16 kGroups - 1 are covered by
+// 2 kGroups + 1 column tiles of 8, column tile i at output columns
+// x0 - 8 + P + 8 i .. + 7, whose taps read
 // exactly the input columns x0 - 8 + 8 i .. + 15: a 16-wide window starting
 // on a 16-byte boundary. So B_dy[k][n] = w[dy][k - n] is the same for every
 // column tile, and each lane keeps its two registers of it per tap row.
