@@ -176,8 +176,7 @@ __global__ void __launch_bounds__(kBlockedThreads, 2)
         acc_t taps[K];
 #pragma unroll
         for (int kc = 0; kc < K; ++kc) {
-          taps[kc] = static_cast<acc_t>(g.flip ? wp[(K - 1 - kr) * K + (K - 1 - kc)]
-                                               : wp[kr * K + kc]);
+          taps[kc] = static_cast<acc_t>(square_tap<K>(wp, kr, kc, g.flip));
         }
 #pragma unroll
         for (int i = 0; i < R; ++i) {
@@ -197,8 +196,7 @@ __global__ void __launch_bounds__(kBlockedThreads, 2)
       for (int a = 0; a < K; ++a) {
 #pragma unroll
         for (int b = 0; b < K; ++b) {
-          taps[a][b] =
-              static_cast<acc_t>(g.flip ? wp[(K - 1 - a) * K + (K - 1 - b)] : wp[a * K + b]);
+          taps[a][b] = static_cast<acc_t>(square_tap<K>(wp, a, b, g.flip));
         }
       }
 #pragma unroll
@@ -277,7 +275,7 @@ __global__ void __launch_bounds__(kBlockedThreads, kMinBlocks)
     float tap = 0.f;
     if (b < K) {
       const T* wp = weight + int64_t((first_plane + p) % g.out_channels) * K * K;
-      tap = static_cast<float>(g.flip ? wp[(K - 1 - a) * K + (K - 1 - b)] : wp[a * K + b]);
+      tap = static_cast<float>(square_tap<K>(wp, a, b, g.flip));
     }
     shared_taps[e] = tap;
   }

@@ -3,6 +3,8 @@
 // (tensor_core_correlation.cuh) take it.
 #pragma once
 
+#include <c10/macros/Macros.h>
+
 namespace customconv {
 
 // Output plane `plane` (image n = plane / out_channels, channel oc) sums `fan`
@@ -15,5 +17,12 @@ struct BlockedCorrelation {
   int h, w, oh, ow, ph, pw;
   bool flip;
 };
+
+// Tap (a, b) of the K x K weight plane at w, rotated by 180 degrees when flip
+// (the input gradient's taps).
+template <int K, typename T>
+C10_HOST_DEVICE inline T square_tap(const T* w, int a, int b, bool flip) {
+  return flip ? w[(K - 1 - a) * K + (K - 1 - b)] : w[a * K + b];
+}
 
 }  // namespace customconv

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ops/common/async_copy.cuh"
 #include "ops/common/correlation_geometry.h"
 
 namespace customconv {
@@ -46,11 +47,6 @@ constexpr int kTensorCorePitch = 16 * kGroups + 24;
 namespace tensor_core_detail {
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-// 16 bytes from global src to shared dst, or zeros when bytes is 0.
-__device__ __forceinline__ void copy_async_16(unsigned dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
-}
-
 // The four 8x8 matrices of a 16x16 A operand; lane l gives the address of
 // row l % 16, columns 8 * (l / 16) onwards.
 __device__ __forceinline__ void load_matrix_x4(uint32_t (&a)[4], unsigned addr) {
@@ -147,7 +143,7 @@ __device__ __forceinline__ void stage_tensor_core_input(const T* __restrict__ in
     if (r < kRows && q < chunks) {
       const int iy = tile.y0 - g.ph + r, ix = tile.x0 - 8 + 8 * q;
       const bool inside = unsigned(iy) < unsigned(g.h) && unsigned(ix) < unsigned(g.w);
-      tensor_core_detail::copy_async_16(buffer + 2 * (r * kTensorCorePitch<kGroups> + 8 * q),
+      copy_async_16(buffer + 2 * (r * kTensorCorePitch<kGroups> + 8 * q),
                                         inside ? src + iy * g.w + ix : src, inside ? 16 : 0);
     }
   }
@@ -170,10 +166,7 @@ __device__ __forceinline__ void load_tensor_core_taps(const T* __restrict__ weig
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int dx = 2 * (lane & 3) + 8 * r + i - (lane >> 2);
-        if (dx >= 0 && dx < K) {
-          const uint32_t tap = g.flip ? taps[(K - 1 - dy) * K + (K - 1 - dx)] : taps[dy * K + dx];
-          word |= tap << (16 * i);
-        }
+        if (dx >= 0 && dx < K) word |= uint32_t(square_tap<K>(taps, dy, dx, g.flip)) << (16 * i);
       }
       words[r] = word;
     }
@@ -221,7 +214,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   if (t >= total) return;
   TensorCoreTile tile = tensor_core_tile<K, kWarps, kGroups>(t, tiling, g);
   stage_tensor_core_input<T, K, kWarps, kGroups>(in, tile, g, shared_base);
-  asm volatile("cp.async.commit_group;");
+  copy_async_commit();
   int taps_oc = -1;
   uint2 b_regs[K];
   for (int k = 0; t < total; ++k, t += gridDim.x) {
@@ -233,12 +226,12 @@ __global__ void __launch_bounds__(32 * kWarps)
       stage_tensor_core_input<T, K, kWarps, kGroups>(in, next_tile, g,
                                             shared_base + ((k + 1) & 1) * kBufferBytes);
     }
-    asm volatile("cp.async.commit_group;");
+    copy_async_commit();
     if (tile.oc != taps_oc) {  // the same for the whole block
       load_tensor_core_taps<T, K>(weight, tile.oc, g, lane, b_regs);
       taps_oc = tile.oc;
     }
-    asm volatile("cp.async.wait_group 1;");
+    copy_async_wait<1>();
     __syncthreads();
 
     const bool active = tile.y0 + 16 * warp < g.oh;
@@ -318,7 +311,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     __syncthreads();  // the buffer is free for the tile after next
     tile = next_tile;
   }
-  asm volatile("cp.async.wait_all;");
+  copy_async_wait_all();
 #endif
 }
 

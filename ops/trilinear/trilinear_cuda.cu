@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "ops/common/async_copy.cuh"
 #include "ops/common/launch.h"
 #include "ops/trilinear/corner_weights.h"
 #include "ops/trilinear/trilinear.h"
@@ -179,17 +180,15 @@ __device__ inline void copy_group(T* __restrict__ dst, const T* __restrict__ src
 // copy_group from global memory into shared memory: on compute capability
 // 8.0 and newer the vectors go as cp.async copies, all in flight at once (a
 // plain copy waits for each load before its store), and the caller's next
-// __syncthreads() follows cp_async_wait_all().
+// __syncthreads() follows stage_group_wait().
 template <typename T>
 __device__ inline void stage_group(T* __restrict__ dst, const T* __restrict__ src, int count) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kVec = 16 / sizeof(T);
   const int vecs = count / kVec;
   const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  for (int i = threadIdx.x; i < vecs; i += kThreads) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(base + 16 * i),
-                 "l"(reinterpret_cast<const uint4*>(src) + i));
-  }
+  for (int i = threadIdx.x; i < vecs; i += kThreads)
+    copy_async_16(base + 16 * i, reinterpret_cast<const uint4*>(src) + i);
   for (int i = vecs * kVec + threadIdx.x; i < count; i += kThreads) dst[i] = src[i];
 #else
   copy_group(dst, src, count);
@@ -197,9 +196,9 @@ __device__ inline void stage_group(T* __restrict__ dst, const T* __restrict__ sr
 }
 
 // Waits for this thread's stage_group copies.
-__device__ inline void cp_async_wait_all() {
+__device__ inline void stage_group_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;" ::: "memory");
+  copy_async_wait_all();
 #endif
 }
 
@@ -227,7 +226,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int c = 0; c < 8; ++c) weights[threadIdx.x][c] = cw.weight[c];
     }
-    cp_async_wait_all();
+    stage_group_wait();
     __syncthreads();
     for (int q = 0; q < g; ++q) {
       for (int x = threadIdx.x; x < f; x += kThreads) {
@@ -277,7 +276,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int a = 0; a < 3; ++a) d_point[threadIdx.x][a][c] = cw.d_point[a][c];
       }
     }
-    cp_async_wait_all();
+    stage_group_wait();
     __syncthreads();
     // grad_feats[p, c, x] = weight[p][c] * go[p, x]; row r = 8p + c of the group.
     T* gf = grad_feats + p0 * 8 * f;
