@@ -70,6 +70,12 @@ __device__ __forceinline__ void load_aligned_vectors(const T* __restrict__ src, 
   }
 }
 
+// Elements per vector access of a thread of V columns on the vector path: V
+// (one vector per row of outputs), except float32 threads of 8 columns, which
+// move 16-byte vectors of 4.
+template <typename T, int V>
+constexpr int kVectorWidth = sizeof(T) == 4 && V == 8 ? 4 : V;
+
 // The kCols = (V-1)*S+K input values of row iy (of a plane at src) that a
 // thread whose V output columns start at x0 (input column ix0) needs, zero
 // outside the plane, as acc_t; see the kernel below for kQuads.
@@ -80,11 +86,13 @@ __device__ __forceinline__ void load_blocked_row(const T* __restrict__ src, int 
                                                  acc_t (&vals)[(V - 1) * S + K]) {
   constexpr int kCols = (V - 1) * S + K;
   if constexpr (kQuads) {
-    static_assert((K - 1) / 2 <= V, "the vectors start V columns left of the thread's first");
-    constexpr int kFirst = V - (K - 1) / 2;  // position of column ix0 in the vectors
-    constexpr int kVecs = (kFirst + kCols - 1) / V + 1;  // 3 at stride 1, 3 or 4 at stride 2
-    T quads[kVecs * V];
-    load_aligned_vectors<T, V, kVecs>(src, iy, x0 * S - V, g.h, g.w, quads);
+    constexpr int L = kVectorWidth<T, V>;
+    static_assert((K - 1) / 2 <= L, "the vectors start L columns left of the thread's first");
+    constexpr int kFirst = L - (K - 1) / 2;  // position of column ix0 in the vectors
+    // 3 vectors at stride 1 with L == V, 3 or 4 at stride 2, 4 for 8 float32 columns.
+    constexpr int kVecs = (kFirst + kCols - 1) / L + 1;
+    T quads[kVecs * L];
+    load_aligned_vectors<T, L, kVecs>(src, iy, x0 * S - L, g.h, g.w, quads);
 #pragma unroll
     for (int c = 0; c < kCols; ++c) vals[c] = static_cast<acc_t>(quads[kFirst + c]);
   } else {
@@ -111,10 +119,16 @@ __device__ __forceinline__ void store_blocked_outputs(const acc_t (&acc)[R][V],
     const int y = y0 + i;
     if (y >= g.oh) break;
     if constexpr (kQuads) {
-      Vec<T, V> o;
+      constexpr int L = kVectorWidth<T, V>;
 #pragma unroll
-      for (int v = 0; v < V; ++v) o.v[v] = static_cast<T>(acc[i][v] + b);
-      *reinterpret_cast<Vec<T, V>*>(dst + y * g.ow + x0) = o;
+      for (int q = 0; q < V / L; ++q) {
+        // With L < V the plane's width is a multiple of L only.
+        if (L < V && x0 + L * q >= g.ow) break;
+        Vec<T, L> o;
+#pragma unroll
+        for (int l = 0; l < L; ++l) o.v[l] = static_cast<T>(acc[i][L * q + l] + b);
+        *reinterpret_cast<Vec<T, L>*>(dst + y * g.ow + x0 + L * q) = o;
+      }
     } else {
 #pragma unroll
       for (int v = 0; v < V; ++v) {
@@ -320,25 +334,27 @@ __global__ void __launch_bounds__(kBlockedThreads, kMinBlocks)
                                                 y0, x0, g);
 }
 
-// The shared-taps kernel's shape for K taps of T on the path with V columns
-// per thread (kQuads: the vector path): rows per thread, or 0 where the kernel
-// above stays, and the blocks per SM ptxas plans for (4 leaves 64 registers
-// and spills a few bytes, still the fastest where chosen). Timed on an H100
-// against the kernel above and other shapes (see bench/NOTES.md): 7 taps in
-// every dtype; 5 taps of float32 on the vector path and of 16-bit data with 8
-// columns.
+// The shared-taps kernel's shape for K taps of T on the path with V-element
+// vectors (kQuads: the vector path; V is 4 off it): rows and columns per
+// thread, or 0 rows where the kernel above stays, and the blocks per SM ptxas
+// plans for (4 leaves 64 registers and spills a few bytes, still the fastest
+// where chosen). Timed on an H100 against the kernel above and other shapes
+// (see bench/NOTES.md): 7 taps in every dtype; 5 taps of float32 on the vector
+// path and of 16-bit data with 8 columns. Float32 with 7 taps on the vector
+// path takes 8 columns of two vectors: a tap row read from shared memory
+// then feeds twice the multiply-adds.
 struct SharedTapsShape {
-  int rows, min_blocks;
+  int rows, cols, min_blocks;
 };
 template <typename T, int K, int V, bool kQuads>
 constexpr SharedTapsShape kSharedTapsShape =
-    K == 7   ? (sizeof(T) == 4 ? SharedTapsShape{kQuads ? 8 : 4, 4}
-                : V == 8       ? SharedTapsShape{4, 3}
-                : kQuads       ? SharedTapsShape{8, 3}
-                               : SharedTapsShape{2, 4})
-    : K == 5 ? (sizeof(T) == 4 ? SharedTapsShape{kQuads ? 8 : 0, 2}
-                               : SharedTapsShape{V == 8 ? 4 : 0, 3})
-             : SharedTapsShape{0, 0};
+    K == 7   ? (sizeof(T) == 4 ? (kQuads ? SharedTapsShape{4, 8, 3} : SharedTapsShape{4, 4, 4})
+                : V == 8       ? SharedTapsShape{4, 8, 3}
+                : kQuads       ? SharedTapsShape{8, 4, 3}
+                               : SharedTapsShape{2, 4, 4})
+    : K == 5 ? (sizeof(T) == 4 ? SharedTapsShape{kQuads ? 8 : 0, 4, 2}
+                               : SharedTapsShape{V == 8 ? 4 : 0, 8, 3})
+             : SharedTapsShape{0, V, 0};
 
 // Planes one block of the shared-taps kernel may stage taps for: more (tiny
 // planes, a few threads each) take the kernel above.
@@ -351,11 +367,11 @@ template <typename T, int K, int V, bool kQuads>
 bool launch_shared_taps(const T* in, const T* weight, const T* bias, T* out,
                         const BlockedCorrelation& g, cudaStream_t stream) {
   constexpr SharedTapsShape shape = kSharedTapsShape<T, K, V, kQuads>;
-  if constexpr (shape.rows == 0 || sizeof(T) * V > 16) {  // 8 columns: 16-bit data only
+  if constexpr (shape.rows == 0 || sizeof(T) * V > 16) {  // 8-element vectors: 16-bit data only
     return false;
   } else {
-    constexpr int R = shape.rows;
-    const int col_blocks = (g.ow + V - 1) / V;
+    constexpr int R = shape.rows, C = shape.cols;
+    const int col_blocks = (g.ow + C - 1) / C;
     const int row_blocks = (g.oh + R - 1) / R;
     const int64_t per_plane = int64_t(col_blocks) * row_blocks;
     // 256 consecutive threads meet at most this many planes.
@@ -364,7 +380,7 @@ bool launch_shared_taps(const T* in, const T* weight, const T* bias, T* out,
     const int64_t total = g.planes * per_plane;
     const int64_t blocks = (total + kBlockedThreads - 1) / kBlockedThreads;
     const size_t shared = size_t(max_planes) * K * kTapStride<K> * sizeof(float);
-    blocked_shared_taps_kernel<T, K, R, V, kQuads, shape.min_blocks>
+    blocked_shared_taps_kernel<T, K, R, C, kQuads, shape.min_blocks>
         <<<blocks, kBlockedThreads, shared, stream>>>(in, weight, bias, out, g, col_blocks,
                                                       row_blocks, static_cast<int>(total));
     C10_CUDA_KERNEL_LAUNCH_CHECK();

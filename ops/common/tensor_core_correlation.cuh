@@ -4,21 +4,23 @@
 // for output columns x..x+7 and the 16 input columns c..c+15 their taps read,
 //   out[y][x + n] += sum_k in[y + dy - ph][c + k] * B_dy[k][n],
 //   B_dy[k][n] = w[dy][c + k - x - n + pw]   (zero off the kernel),
-// which is one m16n8k16 mma per 16 output rows. The products of two 16-bit
+// which is two m16n8k8 mmas per 16 output rows (input columns c..c+7 with
+// rows 0-7 of B_dy, c+8..c+15 with rows 8-15). The products of two 16-bit
 // values are exact in float32 and the mma sums them in float32, as the
 // contract asks (accumulate in float32). Where the register-blocked kernel
 // spends about 3 warp instructions per output at 7 taps, this one spends
-// about 0.2, so what is left is moving the data.
+// about 0.15, so what is left is moving the data.
 //
 // Geometry taken: stride 1, dilation 1, zero border, one weight plane per
 // output plane (fan 1), odd square kernels of at most 9 taps with "same"
 // column padding pw = (K - 1) / 2 (any row padding), widths of a multiple of
-// 8 elements on 16-byte aligned pointers, planes of at least 32 x 32 (3 taps:
-// at least 1024 wide), on devices and binaries of compute capability 8.0 or
-// newer. The launcher says false otherwise and the caller goes on to the
-// register-blocked kernels.
+// 8 elements on 16-byte aligned pointers, planes that fill at least half of
+// the tiles they take (3 taps: at least 1024 wide; see the launcher), on
+// devices and binaries of compute capability 8.0 or newer. The launcher says
+// false otherwise and the caller goes on to the register-blocked kernels.
 #pragma once
 
+#include <c10/macros/Macros.h>  // IntegerDivider.cuh uses C10_HOST_DEVICE without including it
 #include <ATen/cuda/detail/IntegerDivider.cuh>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -55,21 +57,22 @@ __device__ __forceinline__ void load_matrix_x4(uint32_t (&a)[4], unsigned addr) 
                : "r"(addr));
 }
 
-// acc += A (16x16, row-major) * B (16x8, column-major), float32 sums.
+// acc += A (16x8, row-major: rows l / 4 and + 8, columns 2 (l % 4) and + 1 in
+// a0 and a1) * B (8x8, column-major), float32 sums.
 template <typename T>
-__device__ __forceinline__ void mma_16x8x16(float (&acc)[4], const uint32_t (&a)[4], uint2 b) {
+__device__ __forceinline__ void mma_16x8x8(float (&acc)[4], uint32_t a0, uint32_t a1, uint32_t b) {
   if constexpr (std::is_same_v<T, c10::Half>) {
     asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5}, {%6}, {%0, %1, %2, %3};"
         : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+        : "r"(a0), "r"(a1), "r"(b));
   } else {
     asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5}, {%6}, {%0, %1, %2, %3};"
         : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+        : "r"(a0), "r"(a1), "r"(b));
   }
 }
 #endif
@@ -174,6 +177,46 @@ __device__ __forceinline__ void load_tensor_core_taps(const T* __restrict__ weig
   }
 }
 
+// The mma loop of one warp over its 16 output rows. For each tap row dy the
+// warp loads the 16-row, 8-column pieces of the staged input (row a_base +
+// dy, input columns 8 j .. 8 j + 7 for piece j), two per ldmatrix, and column
+// tile i takes pieces i and i + 1: piece i times rows 0-7 of B_dy and piece
+// i + 1 times rows 8-15, one m16n8k8 mma each. Each piece is read
+// once per tap row and feeds two column tiles straight from the registers
+// ldmatrix wrote. kFull: all 2 kGroups + 1 column tiles start inside the
+// plane; otherwise the first `tiles`.
+template <typename T, int K, int kGroups, bool kFull>
+__device__ __forceinline__ void correlate_pieces(float (&acc)[2 * kGroups + 1][4],
+                                                 unsigned a_base, const uint2 (&b_regs)[K],
+                                                 int tiles) {
+  using namespace tensor_core_detail;
+  constexpr int kTiles = 2 * kGroups + 1;
+  constexpr int kPieces = kTiles + 1;  // 16 rows x 8 columns each: input columns 8 j ..
+#pragma unroll
+  for (int dy = 0; dy < K; ++dy) {
+    const unsigned row = a_base + 2 * dy * kTensorCorePitch<kGroups>;
+    uint32_t piece[kPieces][2];
+#pragma unroll
+    for (int j = 0; j < kPieces; j += 2) {
+      if (kFull || j <= tiles) {
+        uint32_t quad[4];
+        load_matrix_x4(quad, row + 16 * j);
+        piece[j][0] = quad[0];
+        piece[j][1] = quad[1];
+        piece[j + 1][0] = quad[2];
+        piece[j + 1][1] = quad[3];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      if (kFull || i < tiles) {
+        mma_16x8x8<T>(acc[i], piece[i][0], piece[i][1], b_regs[dy].x);
+        mma_16x8x8<T>(acc[i], piece[i + 1][0], piece[i + 1][1], b_regs[dy].y);
+      }
+    }
+  }
+}
+
 // Persistent blocks of 32 * kWarps threads walk the tiles t = blockIdx.x,
 // + gridDim.x, ... (numbered column tile first, then row tile, then plane),
 // copying the next tile's input into the second of two shared buffers while
@@ -186,15 +229,15 @@ __device__ __forceinline__ void load_tensor_core_taps(const T* __restrict__ weig
 // on a 16-byte boundary. So B_dy[k][n] = w[dy][k - n] is the same for every
 // column tile, and each lane keeps its two registers of it per tap row.
 // Rows: warp w owns output rows y0 + 16 w .. + 15. For each tap row dy it
-// walks the column tiles, loading each 16x8 piece of staged input rows
-// 16 w + dy .. + 15 once with ldmatrix (a window is the previous window's
-// right half and a new piece), one mma per column tile. Lane l then holds
+// loads each 16x8 piece of staged input rows 16 w + dy .. + 15 once with
+// ldmatrix; a window is two neighbouring pieces, so each piece serves two
+// column tiles (correlate_pieces). Lane l then holds
 // rows l / 4 and l / 4 + 8, columns 2 (l % 4) and + 1 of each column tile;
 // the warp writes them to its own 16 rows of the (consumed) input buffer and
 // reads them back as 16-byte pieces of the output rows (realigned by 8 - P
 // columns) for whole-line stores.
-template <typename T, int K, int kWarps, int kGroups>
-__global__ void __launch_bounds__(32 * kWarps)
+template <typename T, int K, int kWarps, int kGroups, int kMinBlocks>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     tensor_core_correlation_kernel(const T* __restrict__ in, const T* __restrict__ weight,
                                    const T* __restrict__ bias, T* __restrict__ out,
                                    BlockedCorrelation g, TensorCoreTiling tiling, int total) {
@@ -224,7 +267,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     if (t_next < total) {
       next_tile = tensor_core_tile<K, kWarps, kGroups>(t_next, tiling, g);
       stage_tensor_core_input<T, K, kWarps, kGroups>(in, next_tile, g,
-                                            shared_base + ((k + 1) & 1) * kBufferBytes);
+                                                     shared_base + ((k + 1) & 1) * kBufferBytes);
     }
     copy_async_commit();
     if (tile.oc != taps_oc) {  // the same for the whole block
@@ -246,33 +289,19 @@ __global__ void __launch_bounds__(32 * kWarps)
       // Lane l addresses row l % 16, columns 8 (l / 16) onwards of a window.
       const unsigned a_base =
           buffer + 2 * ((16 * warp + (lane & 15)) * kTensorCorePitch<kGroups> + 8 * (lane >> 4));
-#pragma unroll
-      for (int dy = 0; dy < K; ++dy) {
-        const unsigned row = a_base + 2 * dy * kTensorCorePitch<kGroups>;
-        uint32_t cur[4];  // the window of column tile i (input columns 8 i .. 8 i + 15)
-        load_matrix_x4(cur, row);
-        mma_16x8x16<T>(acc[0], cur, b_regs[dy]);
-#pragma unroll
-        for (int i = 1; i < kTiles; i += 2) {
-          if (i < tile.tiles) {
-            uint32_t next[4];  // the window of column tile i + 1
-            load_matrix_x4(next, row + 16 * (i + 1));
-            const uint32_t mid[4] = {cur[2], cur[3], next[0], next[1]};
-            mma_16x8x16<T>(acc[i], mid, b_regs[dy]);
-            if (i + 1 < tile.tiles) mma_16x8x16<T>(acc[i + 1], next, b_regs[dy]);
-#pragma unroll
-            for (int c = 0; c < 4; ++c) cur[c] = next[c];
-          }
-        }
+      if (tile.tiles == kTiles) {
+        correlate_pieces<T, K, kGroups, true>(acc, a_base, b_regs, kTiles);
+      } else {
+        correlate_pieces<T, K, kGroups, false>(acc, a_base, b_regs, tile.tiles);
       }
     }
     __syncthreads();  // every warp is done reading the buffer
 
     if (active) {
       // This warp's staging rows: column s holds output column x0 - 8 + P + s.
-      uint16_t* stage = reinterpret_cast<uint16_t*>(tensor_core_shared) +
-                        (k & 1) * (kBufferBytes / 2) + 16 * warp * kTensorCorePitch<kGroups>;
-      uint32_t* stage_words = reinterpret_cast<uint32_t*>(stage);
+      uint16_t* staged = reinterpret_cast<uint16_t*>(tensor_core_shared) +
+                         (k & 1) * (kBufferBytes / 2) + 16 * warp * kTensorCorePitch<kGroups>;
+      uint32_t* stage_words = reinterpret_cast<uint32_t*>(staged);
 #pragma unroll
       for (int i = 0; i < kTiles; ++i) {
         if (i < tile.tiles) {
@@ -296,7 +325,7 @@ __global__ void __launch_bounds__(32 * kWarps)
         const int y = tile.y0 + 16 * warp + m, x = tile.x0 + 8 * q;
         if (y >= g.oh || x >= g.ow) continue;
         const uint4* piece =
-            reinterpret_cast<const uint4*>(stage + m * kTensorCorePitch<kGroups> + 8 * q);
+            reinterpret_cast<const uint4*>(staged + m * kTensorCorePitch<kGroups> + 8 * q);
         const uint4 lo = piece[0], hi = piece[1];
         const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
         uint32_t o[4];
@@ -318,6 +347,12 @@ __global__ void __launch_bounds__(32 * kWarps)
 // Warps per block of the tensor-core kernel.
 constexpr int kTensorCoreWarps = 4;
 
+// Blocks per SM ptxas plans the tensor-core kernel for: tiles of 128 columns
+// run best with 2 (about 190 registers), of 64 columns with 5 (96 registers);
+// timed on an H100 against 1 to 5 (bench/NOTES.md).
+template <int kGroups>
+constexpr int kTensorCoreMinBlocks = kGroups == 8 ? 2 : 5;
+
 // Launches the tensor-core kernel with tiles of kGroups 16-column groups as
 // persistent blocks (as many as fit on the device at once).
 template <typename T, int K, int kGroups>
@@ -325,7 +360,8 @@ void launch_tensor_core_variant(const T* in, const T* weight, const T* bias, T* 
                                 const BlockedCorrelation& g, int64_t total, int device,
                                 cudaStream_t stream) {
   constexpr int kWarps = kTensorCoreWarps;
-  const auto kernel = tensor_core_correlation_kernel<T, K, kWarps, kGroups>;
+  const auto kernel = tensor_core_correlation_kernel<T, K, kWarps, kGroups,
+                                                     kTensorCoreMinBlocks<kGroups>>;
   constexpr size_t kShared = size_t(2) * 2 * (16 * kWarps + K - 1) * kTensorCorePitch<kGroups>;
   static std::atomic<int> resident[64];
   if (resident[device].load() == 0) {
@@ -357,12 +393,23 @@ bool launch_tensor_core_correlation(const T* in, const T* weight, const T* bias,
         g.ow % 8 != 0 || !aligned16(in) || !aligned16(out)) {
       return false;
     }
+    // Tiles of 128 columns, or of 64 where 128 would leave more columns empty
+    // and for few tiles (finer work for the persistent blocks to share).
+    const auto round_up = [](int64_t v, int64_t m) { return (v + m - 1) / m * m; };
+    constexpr int64_t kTileRows = 16 * kTensorCoreWarps;
+    const int64_t row_tiles = round_up(g.oh, kTileRows) / kTileRows;
+    const int64_t wide_tiles = int64_t(g.planes) * row_tiles * (round_up(g.ow, 128) / 128);
+    const bool narrow = round_up(g.ow, 128) != round_up(g.ow, 64) || wide_tiles < 4096;
+    const int64_t tile_cols = narrow ? 64 : 128;
     // Where it pays (against the register-blocked kernels, on an H100 and an
-    // H200): planes of at least 32 x 32 (16 x 16 ran 3 to 5 times slower,
-    // 56 x 56 with 5 or 7 taps 20 to 30% faster); 3 taps only on planes 1024 or
-    // more wide (4096 wide: 5% / 10% faster; 1024 wide: even / 12% faster;
-    // 112 wide: 4% / 8% slower).
-    if (g.oh < 32 || g.ow < 32 || (K == 3 && g.ow < 1024)) return false;
+    // H200): 3 taps only on planes 1024 or more wide (4096 wide: 5% / 10%
+    // faster; 1024 wide: even / 12% faster; 112 wide: 4% / 8% slower); and
+    // planes that fill at least half of the tiles they take: on the H100, 7
+    // taps on N32 planes of 48 x 48 (56% full) ran 1.2x faster than the
+    // register-blocked kernel, 40 x 40 (39%) 0.9x, 72 x 72 (32%) 0.8x,
+    // 32 x 32 (25%) 0.65x; 16 x 16 ran 3 to 5 times slower.
+    if (K == 3 && g.ow < 1024) return false;
+    if (2 * int64_t(g.oh) * g.ow < row_tiles * kTileRows * round_up(g.ow, tile_cols)) return false;
     // Whether the binary the device runs was built for compute capability
     // 8.0 or newer, found once per device (0: not yet known, 1: yes, 2: no).
     static std::atomic<int> binary_ok[64];
@@ -370,20 +417,15 @@ bool launch_tensor_core_correlation(const T* in, const T* weight, const T* bias,
     if (device >= 64) return false;
     if (binary_ok[device].load() == 0) {
       cudaFuncAttributes attr{};
-      const auto kernel = tensor_core_correlation_kernel<T, K, kTensorCoreWarps, 8>;
+      const auto kernel =
+          tensor_core_correlation_kernel<T, K, kTensorCoreWarps, 8, kTensorCoreMinBlocks<8>>;
       const bool ok = cudaFuncGetAttributes(&attr, kernel) == cudaSuccess &&
                       attr.binaryVersion >= 80 && attr.ptxVersion >= 80;
       (void)cudaGetLastError();
       binary_ok[device].store(ok ? 1 : 2);
     }
     if (binary_ok[device].load() != 1) return false;
-    // Tiles of 128 columns, or of 64 for narrow planes and for few tiles
-    // (finer work for the persistent blocks to share).
-    const int64_t row_tiles = (g.oh + 16 * kTensorCoreWarps - 1) / (16 * kTensorCoreWarps);
-    const int64_t wide_tiles = int64_t(g.planes) * row_tiles * ((g.ow + 127) / 128);
-    const bool narrow = g.ow <= 64 || wide_tiles < 4096;
-    const int64_t total =
-        narrow ? int64_t(g.planes) * row_tiles * ((g.ow + 63) / 64) : wide_tiles;
+    const int64_t total = int64_t(g.planes) * row_tiles * (round_up(g.ow, tile_cols) / tile_cols);
     if (total >= (int64_t{1} << 31)) return false;
     if (narrow) {
       launch_tensor_core_variant<T, K, 4>(in, weight, bias, out, g, total, device, stream);

@@ -179,19 +179,20 @@ EDGE_CASES = {
     "shared_taps_5x5_tiles": dict(kernel=(5, 5), padding=(2, 2), stride=(1, 1), dilation=(1, 1),
                                   size=(21, 40), batch=3),
     # float16 and bfloat16 with 5 or 7 taps (3 on planes 1024 wide), "same"
-    # column padding and widths of a multiple of 8, on planes of 32 x 32 or
-    # more, take the tensor-core CUDA kernel: tiles of 64 rows and 64 or 128
-    # columns (several along x and y, partial at the edges), uneven row
+    # column padding and widths of a multiple of 8, on planes that fill at
+    # least half of the tiles they take, take the tensor-core CUDA kernel:
+    # tiles of 64 rows and 64 or 128 columns (several along x and y, partial
+    # at the edges), uneven row
     # padding, multipliers, more tiles than resident blocks (each block walks
     # several, changing channel), the input gradient (taps rotated).
-    "tensor_cores_7x7_tiles": dict(kernel=(7, 7), padding=(3, 3), size=(70, 136), batch=2,
+    "tensor_cores_7x7_tiles": dict(kernel=(7, 7), padding=(3, 3), size=(120, 200), batch=2,
                                    channels=3, multiplier=1, **TENSOR_CORES),
-    "tensor_cores_5x5_uneven_rows_multiplier2": dict(kernel=(5, 5), padding=(0, 2), size=(41, 48),
+    "tensor_cores_5x5_uneven_rows_multiplier2": dict(kernel=(5, 5), padding=(0, 2), size=(53, 48),
                                                      multiplier=2, **TENSOR_CORES),
-    "tensor_cores_7x7_rows_padded_past_kernel": dict(kernel=(7, 7), padding=(9, 3), size=(33, 32),
+    "tensor_cores_7x7_rows_padded_past_kernel": dict(kernel=(7, 7), padding=(9, 3), size=(33, 64),
                                                      batch=1, channels=2, multiplier=1,
                                                      **TENSOR_CORES),
-    "tensor_cores_5x5_many_planes": dict(kernel=(5, 5), padding=(2, 2), size=(32, 40), batch=8,
+    "tensor_cores_5x5_many_planes": dict(kernel=(5, 5), padding=(2, 2), size=(48, 48), batch=8,
                                          channels=160, multiplier=1, **TENSOR_CORES),
     "tensor_cores_3x3_wide": dict(kernel=(3, 3), padding=(1, 1), size=(35, 2056), batch=1,
                                   channels=2, multiplier=1, **TENSOR_CORES),

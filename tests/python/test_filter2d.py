@@ -87,11 +87,12 @@ EDGE_CASES = {
     "kernel_7x7_plane_17x36": lambda b: dict(kernel=(7, 7), size=(17, 36), lead=(2,)),
     "kernel_5x5_plane_30x64": lambda b: dict(kernel=(5, 5), size=(30, 64), lead=(2,)),
     # The tensor-core CUDA kernel (float16 and bfloat16, widths of a multiple
-    # of 8, planes of 32 x 32 or more; 3 taps on planes 1024 wide): several
-    # tiles along x and y, partial at the edges.
-    "tensor_cores_7x7_plane_70x136": lambda b: dict(kernel=(7, 7), size=(70, 136), lead=(2,),
+    # of 8, planes that fill at least half of the 64-row tiles they take; 3
+    # taps on planes 1024 wide): several tiles along x and y, partial at the
+    # edges.
+    "tensor_cores_7x7_plane_120x200": lambda b: dict(kernel=(7, 7), size=(120, 200), lead=(2,),
                                                     **CONTIGUOUS),
-    "tensor_cores_5x5_plane_65x200": lambda b: dict(kernel=(5, 5), size=(65, 200), lead=(3,),
+    "tensor_cores_5x5_plane_100x200": lambda b: dict(kernel=(5, 5), size=(100, 200), lead=(3,),
                                                     **CONTIGUOUS),
     "tensor_cores_3x3_plane_33x2048": lambda b: dict(kernel=(3, 3), size=(33, 2048), lead=(),
                                                      **CONTIGUOUS),
