@@ -299,9 +299,9 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
 
     if (active) {
       // This warp's staging rows: column s holds output column x0 - 8 + P + s.
-      uint16_t* staged = reinterpret_cast<uint16_t*>(tensor_core_shared) +
-                         (k & 1) * (kBufferBytes / 2) + 16 * warp * kTensorCorePitch<kGroups>;
-      uint32_t* stage_words = reinterpret_cast<uint32_t*>(staged);
+      uint16_t* stage = reinterpret_cast<uint16_t*>(tensor_core_shared) +
+                        (k & 1) * (kBufferBytes / 2) + 16 * warp * kTensorCorePitch<kGroups>;
+      uint32_t* stage_words = reinterpret_cast<uint32_t*>(stage);
 #pragma unroll
       for (int i = 0; i < kTiles; ++i) {
         if (i < tile.tiles) {
@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
         const int y = tile.y0 + 16 * warp + m, x = tile.x0 + 8 * q;
         if (y >= g.oh || x >= g.ow) continue;
         const uint4* piece =
-            reinterpret_cast<const uint4*>(staged + m * kTensorCorePitch<kGroups> + 8 * q);
+            reinterpret_cast<const uint4*>(stage + m * kTensorCorePitch<kGroups> + 8 * q);
         const uint4 lo = piece[0], hi = piece[1];
         const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
         uint32_t o[4];
@@ -354,12 +354,17 @@ template <int kGroups>
 constexpr int kTensorCoreMinBlocks = kGroups == 8 ? 2 : 5;
 
 // Launches the tensor-core kernel with tiles of kGroups 16-column groups as
-// persistent blocks (as many as fit on the device at once).
+// persistent blocks (as many as fit on the device at once); false when the
+// tiles are too many to number in int.
 template <typename T, int K, int kGroups>
-void launch_tensor_core_variant(const T* in, const T* weight, const T* bias, T* out,
-                                const BlockedCorrelation& g, int64_t total, int device,
-                                cudaStream_t stream) {
+bool launch_tensor_core_variant(const T* in, const T* weight, const T* bias, T* out,
+                                const BlockedCorrelation& g, int device, cudaStream_t stream) {
   constexpr int kWarps = kTensorCoreWarps;
+  const TensorCoreTiling tiling{unsigned((g.ow + 16 * kGroups - 1) / (16 * kGroups)),
+                                unsigned((g.oh + 16 * kWarps - 1) / (16 * kWarps)),
+                                unsigned(g.out_channels), unsigned(g.div)};
+  const int64_t total = int64_t(g.planes) * tiling.row_tiles.divisor * tiling.col_tiles.divisor;
+  if (total >= (int64_t{1} << 31)) return false;
   const auto kernel = tensor_core_correlation_kernel<T, K, kWarps, kGroups,
                                                      kTensorCoreMinBlocks<kGroups>>;
   constexpr size_t kShared = size_t(2) * 2 * (16 * kWarps + K - 1) * kTensorCorePitch<kGroups>;
@@ -371,13 +376,11 @@ void launch_tensor_core_variant(const T* in, const T* weight, const T* bias, T* 
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     resident[device].store(std::max(1, per_sm * sms));
   }
-  const TensorCoreTiling tiling{unsigned((g.ow + 16 * kGroups - 1) / (16 * kGroups)),
-                                unsigned((g.oh + 16 * kWarps - 1) / (16 * kWarps)),
-                                unsigned(g.out_channels), unsigned(g.div)};
   const int blocks = static_cast<int>(std::min<int64_t>(total, resident[device].load()));
   kernel<<<blocks, 32 * kWarps, kShared, stream>>>(in, weight, bias, out, g, tiling,
                                                     static_cast<int>(total));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
 }
 
 // Runs the tensor-core kernel when it takes the geometry (see the top of this
@@ -425,14 +428,8 @@ bool launch_tensor_core_correlation(const T* in, const T* weight, const T* bias,
       binary_ok[device].store(ok ? 1 : 2);
     }
     if (binary_ok[device].load() != 1) return false;
-    const int64_t total = int64_t(g.planes) * row_tiles * (round_up(g.ow, tile_cols) / tile_cols);
-    if (total >= (int64_t{1} << 31)) return false;
-    if (narrow) {
-      launch_tensor_core_variant<T, K, 4>(in, weight, bias, out, g, total, device, stream);
-    } else {
-      launch_tensor_core_variant<T, K, 8>(in, weight, bias, out, g, total, device, stream);
-    }
-    return true;
+    return narrow ? launch_tensor_core_variant<T, K, 4>(in, weight, bias, out, g, device, stream)
+                  : launch_tensor_core_variant<T, K, 8>(in, weight, bias, out, g, device, stream);
   }
 }
 
