@@ -16,25 +16,9 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python_stub"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import customconv  # noqa: E402,F401
-from bench import depthwise_cases  # noqa: E402
+from bench import Timer, depthwise_cases, warm_up_device  # noqa: E402
 
 ops = torch.ops.customconv
-
-
-def cuda_ms(fn, reps=50):
-    """Median of `reps` timings of fn (CUDA events), after a warm-up."""
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main(argv):
@@ -42,6 +26,8 @@ def main(argv):
     ap.add_argument("--dtypes", default="float32,float16,bfloat16")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    timer = Timer("cuda", max_reps=50, warmup=5)  # bench.py's timing: L2 evicted, best of 3 medians
+    warm_up_device("cuda")
     lines = ["| shape | dtype | part | ours ms | PyTorch NCHW ms | speedup |",
              "|---|---|---|---:|---:|---:|"]
     for name in args.dtypes.split(","):
@@ -66,7 +52,7 @@ def main(argv):
             }
             shape = f"{model} N{n} C{c} {h}x{w} k{k} s{s}"
             for part, (ours, theirs) in parts.items():
-                a, b = cuda_ms(ours), cuda_ms(theirs)
+                a, b = timer(ours), timer(theirs)
                 lines.append(f"| {shape} | {name} | {part} | {a:.3f} | {b:.3f} | {b / a:.2f}x |")
             print(lines[-3], lines[-2], lines[-1], sep="\n", flush=True)
     if args.out:
