@@ -196,6 +196,16 @@ EDGE_CASES = {
                                          channels=160, multiplier=1, **TENSOR_CORES),
     "tensor_cores_3x3_wide": dict(kernel=(3, 3), padding=(1, 1), size=(35, 2056), batch=1,
                                   channels=2, multiplier=1, **TENSOR_CORES),
+    # float32 7x7 on planes holding a whole 64 x 128 tile takes the staged-tile
+    # CUDA kernel: several tiles each way, partial at the right (4 columns) and
+    # bottom edges, uneven row padding, a multiplier (its input gradient sums m
+    # planes and stays on the shared-taps kernel), the input gradient.
+    "staged_tile_7x7_three_tiles_each_way": dict(kernel=(7, 7), padding=(3, 3), size=(136, 260),
+                                                 batch=1, channels=2, multiplier=1,
+                                                 **TENSOR_CORES),
+    "staged_tile_7x7_uneven_rows_multiplier2": dict(kernel=(7, 7), padding=(1, 3), size=(70, 132),
+                                                    batch=1, channels=1, multiplier=2,
+                                                    **TENSOR_CORES),
     # Tall kernels (9 to 31 odd tap rows) at stride 1 take the column-streaming
     # CUDA kernel on planes of 21 rows or more (28 per warp, at least three
     # quarters used): several planes per block, several warps and tiles along x

@@ -96,6 +96,10 @@ EDGE_CASES = {
                                                     **CONTIGUOUS),
     "tensor_cores_3x3_plane_33x2048": lambda b: dict(kernel=(3, 3), size=(33, 2048), lead=(),
                                                      **CONTIGUOUS),
+    # float32 7x7 with the zero border on planes holding a whole 64 x 128 tile:
+    # the staged-tile CUDA kernel (three tiles each way, partial at the edges).
+    "staged_tile_7x7_plane_136x260": lambda b: dict(kernel=(7, 7), size=(136, 260), lead=(2,),
+                                                   **CONTIGUOUS),
     # Tall kernels: the column-streaming CUDA kernel with the zero border
     # (several warps and tiles along x and y, kernels wider than tall).
     "kernel_13x13_plane_70x90": lambda b: dict(kernel=(13, 13), size=(70, 90), lead=(2,)),
