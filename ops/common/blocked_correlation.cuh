@@ -257,6 +257,27 @@ __device__ __forceinline__ void load_tap_row(const float* row, float (&taps)[kTa
   }
 }
 
+// Adds input row r of a thread's window into each of its R output rows that
+// row meets (output row i takes it with tap row r - i, read from the staged
+// taps): vals[kOffset + c] is input column x0 - (K-1)/2 + c.
+template <int K, int R, int V, int kOffset, int N>
+__device__ __forceinline__ void accumulate_input_row(const float* taps, int r,
+                                                     const float (&vals)[N], float (&acc)[R][V]) {
+  static_assert(kOffset + V - 1 + K <= N, "the row holds every column the outputs read");
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int kr = r - i;  // the tap row that input row r is for output row i
+    if (kr < 0 || kr >= K) continue;
+    float tap_row[kTapStride<K>];
+    load_tap_row<K>(taps + kr * kTapStride<K>, tap_row);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+#pragma unroll
+      for (int kc = 0; kc < K; ++kc) acc[i][v] += tap_row[kc] * vals[kOffset + v + kc];
+    }
+  }
+}
+
 // The blocked correlation at stride 1 with one weight row per output plane
 // (fan 1), taps in shared memory. Threads map to R x V output blocks as in
 // blocked_correlation_kernel. The block first stages, as float, the taps of
@@ -319,18 +340,7 @@ __global__ void __launch_bounds__(kBlockedThreads, kMinBlocks)
   for (int r = 0; r < kRows; ++r) {
     float vals[kCols];
     load_blocked_row<T, float, K, 1, V, kQuads>(src, iy0 + r, x0, ix0, g, col_ok, vals);
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-      const int kr = r - i;  // the tap row that input row r is for output row i
-      if (kr < 0 || kr >= K) continue;
-      float taps[kTapStride<K>];
-      load_tap_row<K>(taps_of_plane + kr * kTapStride<K>, taps);
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-#pragma unroll
-        for (int kc = 0; kc < K; ++kc) acc[i][v] += taps[kc] * vals[v + kc];
-      }
-    }
+    accumulate_input_row<K, R, V, 0>(taps_of_plane, r, vals, acc);
   }
   store_blocked_outputs<T, float, R, V, kQuads>(acc, bias, oc, out + int64_t(plane) * g.oh * g.ow,
                                                 y0, x0, g);
@@ -475,18 +485,7 @@ __global__ void __launch_bounds__(kBlockedThreads, kMinBlocks)
       const float4 t = *reinterpret_cast<const float4*>(rows + r * Tile::kPitch + 4 * q);
       vals[4 * q] = t.x, vals[4 * q + 1] = t.y, vals[4 * q + 2] = t.z, vals[4 * q + 3] = t.w;
     }
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-      const int kr = r - i;  // the tap row that input row r is for output row i
-      if (kr < 0 || kr >= K) continue;
-      float tap_row[kTapStride<K>];
-      load_tap_row<K>(taps + kr * kTapStride<K>, tap_row);
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-#pragma unroll
-        for (int kc = 0; kc < K; ++kc) acc[i][v] += tap_row[kc] * vals[4 - (K - 1) / 2 + v + kc];
-      }
-    }
+    accumulate_input_row<K, R, V, 4 - (K - 1) / 2>(taps, r, vals, acc);
   }
   store_blocked_outputs<float, float, R, V, true>(acc, bias, oc,
                                                   out + int64_t(plane) * g.oh * g.ow, y0, x0, g);
