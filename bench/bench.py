@@ -7,8 +7,9 @@
 For each case it measures, in the same run, our op and its baselines, forward and
 forward+backward, as the fastest of three medians of many repetitions (CUDA events
 on the GPU, with the L2 cache flushed by a read pass before each repetition so it
-does not flatter; perf_counter on the CPU); see Timer. It also measures the device-to-device copy rate and reports each
-forward of a memory-bound op as a percentage of it (bytes read + written).
+does not flatter; perf_counter on the CPU); see Timer. It also measures the
+device-to-device copy rate and reports each forward of a memory-bound op as a
+percentage of it (bytes read + written).
 
 Writes <out>/<device>.json (one record per case), <out>/<device>.md (a table)
 and <out>/<device>.png (speedups, when matplotlib is present), and prints the
@@ -63,9 +64,8 @@ class Timer:
 
     The number of repetitions fits the callable's speed (about 50 ms of repetitions per round,
     between `min_reps` and `max_reps`, from a first estimate of three repetitions that is not
-    reported), and the fastest round's median is reported, so a spell
-    of slowness on the machine (clocks, other processes) that covers one round does not set
-    the result.
+    reported), and the fastest round's median is reported, so a spell of slowness on the
+    machine (clocks, other processes) that covers one round does not set the result.
     """
 
     def __init__(self, device: str, max_reps: int, warmup: int, rounds: int = 3, min_reps: int = 5):

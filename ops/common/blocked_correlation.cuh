@@ -426,6 +426,8 @@ struct StagedTile {
   static constexpr int kPitch = kWindowCols + kStagedPitchPad;
   static constexpr int kTapFloats = K * kTapStride<K>;
   static constexpr size_t kSharedBytes = (kTapFloats + size_t(kWindowRows) * kPitch) * sizeof(float);
+  static_assert(kTapFloats % 4 == 0 && kPitch % 4 == 0 && V % 4 == 0,
+                "every staged row and every thread's first column start on 16 bytes");
 };
 
 template <int K, int R, int V, int kMinBlocks>
