@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include "customconv/customconv.h"
+#include "ops/common/trilinear_shapes.h"
 
 namespace customconv {
 namespace {
@@ -126,11 +127,23 @@ class Filter2dFunction : public torch::autograd::Function<Filter2dFunction> {
   }
 };
 
+// With save_derivatives the forward also computes the output's derivatives by
+// the points (3 NF elements, kept for the backward), so the backward reads
+// those instead of feats' 8 NF. feats is kept too (a reference, no copy): a
+// backward that records a graph (create_graph) takes the backward op of feats,
+// whose gradients refuse a second differentiation in feats as well as points
+// (the saved derivatives are constants to autograd and would silently drop
+// feats from it).
 class TrilinearFunction : public torch::autograd::Function<TrilinearFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& feats,
-                            const at::Tensor& points) {
+                            const at::Tensor& points, bool save_derivatives) {
     at::AutoDispatchBelowADInplaceOrView below;
+    if (save_derivatives) {
+      auto [out, derivatives] = detail::trilinear_interpolation_with_derivatives(feats, points);
+      ctx->save_for_backward({feats, points, derivatives});
+      return out;
+    }
     ctx->save_for_backward({feats, points});
     return customconv::trilinear_interpolation(feats, points);
   }
@@ -138,8 +151,11 @@ class TrilinearFunction : public torch::autograd::Function<TrilinearFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     auto [grad_feats, grad_points] =
-        detail::trilinear_interpolation_backward(grads[0], saved[0], saved[1]);
-    return {grad_feats, grad_points};
+        saved.size() == 3 && !at::GradMode::is_enabled()
+            ? detail::trilinear_interpolation_backward_from_derivatives(grads[0], saved[2],
+                                                                        saved[1])
+            : detail::trilinear_interpolation_backward(grads[0], saved[0], saved[1]);
+    return {grad_feats, grad_points, at::Tensor()};
   }
 };
 
@@ -254,6 +270,9 @@ constexpr char kDepthwiseGradWeightBias[] = "depthwise_conv2d_grad_weight_bias";
 constexpr char kFilter2dGradInput[] = "filter2d_grad_input";
 constexpr char kFilter2dGradKernel[] = "filter2d_grad_kernel";
 constexpr char kTrilinearBackward[] = "trilinear_interpolation_backward";
+constexpr char kTrilinearWithDerivatives[] = "trilinear_interpolation_with_derivatives";
+constexpr char kTrilinearBackwardFromDerivatives[] =
+    "trilinear_interpolation_backward_from_derivatives";
 
 template <auto Fn, const char* kName>
 void register_once_differentiable(torch::Library& m) {
@@ -277,8 +296,22 @@ at::Tensor filter2d_autograd(const at::Tensor& input, const at::Tensor& kernel,
   return Filter2dFunction::apply(input, kernel, border);
 }
 
+// The backward needs the output's derivatives by the points only when points
+// needs a gradient. Saving them (3 NF elements written, then read) moves fewer
+// bytes than reading feats (8 NF) again when they are stored in feats' own
+// precision: float32 and float64. For 16-bit feats they are float32, and
+// reading feats again is cheaper.
+bool trilinear_saves_derivatives(const at::Tensor& feats, const at::Tensor& points) {
+  if (!at::GradMode::is_enabled() || !points.requires_grad()) return false;
+  const auto t = feats.scalar_type();
+  return 6 * c10::elementSize(trilinear_derivatives_dtype(t)) < 8 * c10::elementSize(t);
+}
+
 at::Tensor trilinear_autograd(const at::Tensor& feats, const at::Tensor& points) {
-  return TrilinearFunction::apply(feats, points);
+  const bool save_derivatives = trilinear_saves_derivatives(feats, points);
+  // Bad arguments are reported under the name the caller used.
+  if (save_derivatives) check_trilinear<c10::SymInt>("trilinear_interpolation", feats, points);
+  return TrilinearFunction::apply(feats, points, save_derivatives);
 }
 
 at::Tensor im2col_autograd(const at::Tensor& input, c10::IntArrayRef kernel_size,
@@ -312,6 +345,10 @@ TORCH_LIBRARY_IMPL(customconv, Autograd, m) {
   register_once_differentiable<&detail::filter2d_grad_input, kFilter2dGradInput>(m);
   register_once_differentiable<&detail::filter2d_grad_kernel, kFilter2dGradKernel>(m);
   register_once_differentiable<&detail::trilinear_interpolation_backward, kTrilinearBackward>(m);
+  register_once_differentiable<&detail::trilinear_interpolation_with_derivatives,
+                               kTrilinearWithDerivatives>(m);
+  register_once_differentiable<&detail::trilinear_interpolation_backward_from_derivatives,
+                               kTrilinearBackwardFromDerivatives>(m);
 }
 
 }  // namespace customconv

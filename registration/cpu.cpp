@@ -98,6 +98,17 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_cpu(const at::Tensor& grad
   return trilinear_backward_impl(cpu_trilinear_kernels(), grad_output, feats, points);
 }
 
+std::tuple<at::Tensor, at::Tensor> trilinear_with_derivatives_cpu(const at::Tensor& feats,
+                                                                  const at::Tensor& points) {
+  return trilinear_with_derivatives_impl(cpu_trilinear_kernels(), feats, points);
+}
+
+std::tuple<at::Tensor, at::Tensor> trilinear_backward_from_derivatives_cpu(
+    const at::Tensor& grad_output, const at::Tensor& derivatives, const at::Tensor& points) {
+  return trilinear_backward_from_derivatives_impl(cpu_trilinear_kernels(), grad_output,
+                                                  derivatives, points);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(customconv, CPU, m) {
@@ -114,6 +125,9 @@ TORCH_LIBRARY_IMPL(customconv, CPU, m) {
   m.impl("filter2d_grad_kernel", &filter2d_grad_kernel_cpu);
   m.impl("trilinear_interpolation", &trilinear_cpu);
   m.impl("trilinear_interpolation_backward", &trilinear_backward_cpu);
+  m.impl("trilinear_interpolation_with_derivatives", &trilinear_with_derivatives_cpu);
+  m.impl("trilinear_interpolation_backward_from_derivatives",
+         &trilinear_backward_from_derivatives_cpu);
   m.impl("im2col", &im2col_cpu_op);
   m.impl("col2im", &col2im_cpu_op);
 }

@@ -122,6 +122,24 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_meta(const at::Tensor& gra
           at::empty_symint(points.sym_sizes(), points.options())};
 }
 
+std::tuple<at::Tensor, at::Tensor> trilinear_with_derivatives_meta(const at::Tensor& feats,
+                                                                   const at::Tensor& points) {
+  check_trilinear<Sym>("trilinear_interpolation_with_derivatives", feats, points);
+  const auto dtype = trilinear_derivatives_dtype(feats.scalar_type());
+  return {at::empty_symint({feats.sym_size(0), feats.sym_size(2)}, feats.options()),
+          at::empty_symint({feats.sym_size(0), 3, feats.sym_size(2)},
+                           feats.options().dtype(dtype))};
+}
+
+std::tuple<at::Tensor, at::Tensor> trilinear_backward_from_derivatives_meta(
+    const at::Tensor& grad_output, const at::Tensor& derivatives, const at::Tensor& points) {
+  check_trilinear_backward_from_derivatives<Sym>(
+      "trilinear_interpolation_backward_from_derivatives", grad_output, derivatives, points);
+  return {at::empty_symint({derivatives.sym_size(0), 8, derivatives.sym_size(2)},
+                           grad_output.options()),
+          at::empty_symint(points.sym_sizes(), points.options())};
+}
+
 at::Tensor im2col_meta(const at::Tensor& input, c10::IntArrayRef kernel_size,
                        c10::IntArrayRef stride, c10::IntArrayRef padding,
                        c10::IntArrayRef dilation) {
@@ -157,6 +175,9 @@ TORCH_LIBRARY_IMPL(customconv, Meta, m) {
   m.impl("filter2d_grad_kernel", &filter2d_grad_kernel_meta);
   m.impl("trilinear_interpolation", &trilinear_meta);
   m.impl("trilinear_interpolation_backward", &trilinear_backward_meta);
+  m.impl("trilinear_interpolation_with_derivatives", &trilinear_with_derivatives_meta);
+  m.impl("trilinear_interpolation_backward_from_derivatives",
+         &trilinear_backward_from_derivatives_meta);
   m.impl("im2col", &im2col_meta);
   m.impl("col2im", &col2im_meta);
 }

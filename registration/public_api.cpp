@@ -138,6 +138,21 @@ std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_backward(const at::Te
   return op.call(grad_output, feats, points);
 }
 
+std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_with_derivatives(
+    const at::Tensor& feats, const at::Tensor& points) {
+  static const auto op = handle<TensorPair(const at::Tensor&, const at::Tensor&)>(
+      "customconv::trilinear_interpolation_with_derivatives");
+  return op.call(feats, points);
+}
+
+std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_backward_from_derivatives(
+    const at::Tensor& grad_output, const at::Tensor& derivatives, const at::Tensor& points) {
+  static const auto op =
+      handle<TensorPair(const at::Tensor&, const at::Tensor&, const at::Tensor&)>(
+          "customconv::trilinear_interpolation_backward_from_derivatives");
+  return op.call(grad_output, derivatives, points);
+}
+
 }  // namespace detail
 
 }  // namespace customconv

@@ -52,6 +52,17 @@ TORCH_LIBRARY(customconv, m) {
       "trilinear_interpolation_backward(Tensor grad_output, Tensor feats, Tensor points) "
       "-> (Tensor, Tensor)",
       tags);
+  // trilinear_interpolation's training pair: the forward also returns the
+  // output's derivatives by the points (N, 3, F), and the backward reads them
+  // instead of feats (the autograd kernel uses these in float32 and float64,
+  // where they move fewer bytes than reading feats twice).
+  m.def(
+      "trilinear_interpolation_with_derivatives(Tensor feats, Tensor points) -> (Tensor, Tensor)",
+      tags);
+  m.def(
+      "trilinear_interpolation_backward_from_derivatives(Tensor grad_output, Tensor derivatives, "
+      "Tensor points) -> (Tensor, Tensor)",
+      tags);
   m.def("filter2d_grad_input(Tensor grad_output, Tensor kernel, str border) -> Tensor", tags);
   m.def(
       "filter2d_grad_kernel(Tensor grad_output, Tensor input, Tensor kernel, str border) -> Tensor",

@@ -97,6 +97,15 @@ CUSTOMCONV_API at::Tensor filter2d_grad_kernel(const at::Tensor& grad_output,
 CUSTOMCONV_API std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_backward(
     const at::Tensor& grad_output, const at::Tensor& feats, const at::Tensor& points);
 
+// (out, derivatives): the forward and d out[n, f] / d points[n, a] as
+// derivatives (N, 3, F), in float32 for 16-bit feats (else feats' dtype).
+CUSTOMCONV_API std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_with_derivatives(
+    const at::Tensor& feats, const at::Tensor& points);
+
+// (grad_feats, grad_points) from the derivatives above instead of feats.
+CUSTOMCONV_API std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_backward_from_derivatives(
+    const at::Tensor& grad_output, const at::Tensor& derivatives, const at::Tensor& points);
+
 }  // namespace detail
 }  // namespace customconv
 

@@ -12,11 +12,13 @@ namespace customconv {
 namespace {
 
 // Work split: one task per point; the 8 corner rows are blended along F
-// (unit stride, vectorizable).
+// (unit stride, vectorizable). With deriv, also the point's 3 rows of
+// derivatives (N, 3, F).
 template <typename T>
-void forward_points(const T* feats, const T* points, T* out, int64_t n, int64_t f) {
+void forward_points(const T* feats, const T* points, T* out, at::opmath_type<T>* deriv, int64_t n,
+                    int64_t f) {
   using acc_t = at::opmath_type<T>;
-  at::parallel_for(0, n, grain_for(8 * f), [&](int64_t b, int64_t e) {
+  at::parallel_for(0, n, grain_for((deriv ? 11 : 8) * f), [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       const T* pt = points + 3 * p;
       const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
@@ -27,31 +29,45 @@ void forward_points(const T* feats, const T* points, T* out, int64_t n, int64_t 
         for (int c = 0; c < 8; ++c) acc += cw.weight[c] * static_cast<acc_t>(fp[c * f + x]);
         dst[x] = static_cast<T>(acc);
       }
+      if (deriv == nullptr) continue;
+      for (int a = 0; a < 3; ++a) {
+        acc_t* dd = deriv + (3 * p + a) * f;
+        for (int64_t x = 0; x < f; ++x) {
+          acc_t blend = 0;
+          for (int c = 0; c < 8; ++c) blend += cw.d_point[a][c] * static_cast<acc_t>(fp[c * f + x]);
+          dd[x] = blend;
+        }
+      }
     }
   });
 }
 
 // Work split: one task per point; it writes the point's 8 rows of grad_feats
-// and sums its 3 point derivatives over F in order.
+// and sums its 3 point derivatives over F in order, blended from the 8 feats
+// rows (feats) or read from the forward's derivatives (deriv; feats null).
 template <typename T>
-void backward_points(const T* go, const T* feats, const T* points, T* grad_feats, T* grad_points,
-                     int64_t n, int64_t f) {
+void backward_points(const T* go, const T* feats, const at::opmath_type<T>* deriv, const T* points,
+                     T* grad_feats, T* grad_points, int64_t n, int64_t f) {
   using acc_t = at::opmath_type<T>;
   at::parallel_for(0, n, grain_for(16 * f), [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       const T* pt = points + 3 * p;
       const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
-      const T* fp = feats + p * 8 * f;
       const T* g = go + p * f;
       T* gf = grad_feats + p * 8 * f;
       acc_t d[3] = {0, 0, 0};
       for (int64_t x = 0; x < f; ++x) {
         const acc_t gx = static_cast<acc_t>(g[x]);
+        for (int c = 0; c < 8; ++c) gf[c * f + x] = static_cast<T>(cw.weight[c] * gx);
         acc_t blend[3] = {0, 0, 0};
-        for (int c = 0; c < 8; ++c) {
-          const acc_t fv = static_cast<acc_t>(fp[c * f + x]);
-          gf[c * f + x] = static_cast<T>(cw.weight[c] * gx);
-          for (int a = 0; a < 3; ++a) blend[a] += cw.d_point[a][c] * fv;
+        if (feats != nullptr) {
+          const T* fp = feats + p * 8 * f;
+          for (int c = 0; c < 8; ++c) {
+            const acc_t fv = static_cast<acc_t>(fp[c * f + x]);
+            for (int a = 0; a < 3; ++a) blend[a] += cw.d_point[a][c] * fv;
+          }
+        } else {
+          for (int a = 0; a < 3; ++a) blend[a] = deriv[(3 * p + a) * f + x];
         }
         for (int a = 0; a < 3; ++a) d[a] += gx * blend[a];
       }
@@ -60,23 +76,31 @@ void backward_points(const T* go, const T* feats, const T* points, T* grad_feats
   });
 }
 
-void forward_cpu(const at::Tensor& feats, const at::Tensor& points, const at::Tensor& out) {
+void forward_cpu(const at::Tensor& feats, const at::Tensor& points, const at::Tensor& out,
+                 const at::Tensor& derivatives) {
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_cpu", [&] {
-        forward_points<scalar_t>(feats.const_data_ptr<scalar_t>(),
-                                 points.const_data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-                                 feats.size(0), feats.size(2));
+        using acc_t = at::opmath_type<scalar_t>;
+        forward_points<scalar_t>(
+            feats.const_data_ptr<scalar_t>(), points.const_data_ptr<scalar_t>(),
+            out.data_ptr<scalar_t>(),
+            derivatives.defined() ? derivatives.data_ptr<acc_t>() : nullptr, feats.size(0),
+            feats.size(2));
       });
 }
 
-void backward_cpu(const at::Tensor& grad_out, const at::Tensor& feats, const at::Tensor& points,
-                  const at::Tensor& grad_feats, const at::Tensor& grad_points) {
+void backward_cpu(const at::Tensor& grad_out, const at::Tensor& source, bool from_derivatives,
+                  const at::Tensor& points, const at::Tensor& grad_feats,
+                  const at::Tensor& grad_points) {
   AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_backward_cpu", [&] {
+      at::kHalf, at::kBFloat16, grad_out.scalar_type(), "trilinear_interpolation_backward_cpu", [&] {
+        using acc_t = at::opmath_type<scalar_t>;
         backward_points<scalar_t>(
-            grad_out.const_data_ptr<scalar_t>(), feats.const_data_ptr<scalar_t>(),
+            grad_out.const_data_ptr<scalar_t>(),
+            from_derivatives ? nullptr : source.const_data_ptr<scalar_t>(),
+            from_derivatives ? source.const_data_ptr<acc_t>() : nullptr,
             points.const_data_ptr<scalar_t>(), grad_feats.data_ptr<scalar_t>(),
-            grad_points.data_ptr<scalar_t>(), feats.size(0), feats.size(2));
+            grad_points.data_ptr<scalar_t>(), grad_feats.size(0), grad_feats.size(2));
       });
 }
 

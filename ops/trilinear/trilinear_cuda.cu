@@ -26,15 +26,52 @@ struct alignas(sizeof(T) * V) Pack {
   T v[V];
 };
 
+// dst[0, V) = v as 16-byte vectors where V elements fill whole ones (dst
+// then 16-byte aligned), else one element at a time.
+template <typename A, int V>
+__device__ inline void store_row(A* __restrict__ dst, const A (&v)[V]) {
+  constexpr int kVec = 16 / sizeof(A);
+  if constexpr (V % kVec == 0 && kVec > 1) {
+#pragma unroll
+    for (int i = 0; i < V / kVec; ++i) {
+      Pack<A, kVec> q;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) q.v[e] = v[i * kVec + e];
+      reinterpret_cast<Pack<A, kVec>*>(dst)[i] = q;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) dst[e] = v[e];
+  }
+}
+
+// v = src[0, V), the loads of store_row.
+template <typename A, int V>
+__device__ inline void load_row(const A* __restrict__ src, A (&v)[V]) {
+  constexpr int kVec = 16 / sizeof(A);
+  if constexpr (V % kVec == 0 && kVec > 1) {
+#pragma unroll
+    for (int i = 0; i < V / kVec; ++i) {
+      const Pack<A, kVec> q = reinterpret_cast<const Pack<A, kVec>*>(src)[i];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) v[i * kVec + e] = q.v[e];
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = src[e];
+  }
+}
+
 // One thread per (point, pack of V features), neighbouring threads on
 // neighbouring packs: each corner row is read coalesced along F, 16 bytes per
-// access when V > 1. I is the index type: 32-bit unsigned where every index
-// fits (its division by F / V is a few instructions, 64-bit's a call), else
-// int64_t.
-template <typename T, int V, typename I>
+// access when V > 1. With kDerivatives the thread also writes the pack's
+// three derivatives by the point (rows 3p .. 3p + 2 of deriv). I is the index
+// type: 32-bit unsigned where every index fits (its division by F / V is a
+// few instructions, 64-bit's a call), else int64_t.
+template <typename T, int V, typename I, bool kDerivatives>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const T* __restrict__ feats, const T* __restrict__ points, T* __restrict__ out,
-                   I total, I f) {
+                   at::opmath_type<T>* __restrict__ deriv, I total, I f) {
   using acc_t = at::opmath_type<T>;
   using P = Pack<T, V>;
   const I fv = f / V;
@@ -44,17 +81,28 @@ __global__ void __launch_bounds__(kThreads)
     const T* pt = points + 3 * p;
     const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
     const P* fp = reinterpret_cast<const P*>(feats + p * 8 * f) + x;
-    acc_t acc[V] = {};
+    acc_t acc[V] = {}, blend[3][V] = {};
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
       const P row = fp[c * fv];
 #pragma unroll
-      for (int e = 0; e < V; ++e) acc[e] += cw.weight[c] * static_cast<acc_t>(row.v[e]);
+      for (int e = 0; e < V; ++e) {
+        const acc_t fe = static_cast<acc_t>(row.v[e]);
+        acc[e] += cw.weight[c] * fe;
+        if constexpr (kDerivatives) {
+#pragma unroll
+          for (int a = 0; a < 3; ++a) blend[a][e] += cw.d_point[a][c] * fe;
+        }
+      }
     }
     P o;
 #pragma unroll
     for (int e = 0; e < V; ++e) o.v[e] = static_cast<T>(acc[e]);
     reinterpret_cast<P*>(out)[idx] = o;
+    if constexpr (kDerivatives) {
+#pragma unroll
+      for (int a = 0; a < 3; ++a) store_row(deriv + (3 * p + a) * f + x * V, blend[a]);
+    }
   }
 }
 
@@ -74,12 +122,14 @@ __device__ inline void sum_over_lanes(Acc (&d)[3], int width) {
 // the point's packs of V features, writing the 8 grad_feats rows coalesced and
 // keeping private sums of the 3 point derivatives, which a fixed shuffle tree
 // (and, for teams of several warps, a fixed pass over their warps) reduces
-// (no atomics: deterministic).
-template <typename T, int V>
+// (no atomics: deterministic). With kSaved the derivatives come from the
+// forward's deriv rows (3 per point) instead of the 8 feats rows.
+template <typename T, int V, bool kSaved>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const T* __restrict__ go, const T* __restrict__ feats,
-                    const T* __restrict__ points, T* __restrict__ grad_feats,
-                    T* __restrict__ grad_points, int64_t n, int64_t f, int team) {
+                    const at::opmath_type<T>* __restrict__ deriv, const T* __restrict__ points,
+                    T* __restrict__ grad_feats, T* __restrict__ grad_points, int64_t n, int64_t f,
+                    int team) {
   using acc_t = at::opmath_type<T>;
   using P = Pack<T, V>;
   __shared__ acc_t warp_sums[kThreads / kWarp][3];
@@ -97,7 +147,7 @@ __global__ void __launch_bounds__(kThreads)
     if (p < n) {
       const T* pt = points + 3 * p;
       const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
-      const P* fp = reinterpret_cast<const P*>(feats + p * 8 * f);
+      const P* fp = kSaved ? nullptr : reinterpret_cast<const P*>(feats + p * 8 * f);
       const P* g = reinterpret_cast<const P*>(go + p * f);
       P* gf = reinterpret_cast<P*>(grad_feats + p * 8 * f);
       for (int64_t x = member; x < fv; x += team) {
@@ -105,16 +155,23 @@ __global__ void __launch_bounds__(kThreads)
         acc_t gx[V], blend[3][V] = {};
 #pragma unroll
         for (int e = 0; e < V; ++e) gx[e] = static_cast<acc_t>(gp.v[e]);
+        if constexpr (kSaved) {
+#pragma unroll
+          for (int a = 0; a < 3; ++a) load_row(deriv + (3 * p + a) * f + x * V, blend[a]);
+        }
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
-          const P row = fp[c * fv + x];
           P out;
 #pragma unroll
-          for (int e = 0; e < V; ++e) {
-            const acc_t fvv = static_cast<acc_t>(row.v[e]);
-            out.v[e] = static_cast<T>(cw.weight[c] * gx[e]);
+          for (int e = 0; e < V; ++e) out.v[e] = static_cast<T>(cw.weight[c] * gx[e]);
+          if constexpr (!kSaved) {
+            const P row = fp[c * fv + x];
 #pragma unroll
-            for (int a = 0; a < 3; ++a) blend[a][e] += cw.d_point[a][c] * fvv;
+            for (int e = 0; e < V; ++e) {
+              const acc_t fvv = static_cast<acc_t>(row.v[e]);
+#pragma unroll
+              for (int a = 0; a < 3; ++a) blend[a][e] += cw.d_point[a][c] * fvv;
+            }
           }
           gf[c * fv + x] = out;
         }
@@ -205,17 +262,21 @@ __device__ inline void stage_group_wait() {
 // Blocks stride over groups of kGroup points. A block stages the group's
 // feats, then thread t computes features t, t + 256, ... of each point of the
 // group into a shared output tile (consecutive threads on consecutive
-// features: no bank conflicts), which goes out as 16-byte vectors.
-template <typename T>
+// features: no bank conflicts), which goes out as 16-byte vectors. With
+// kDerivatives thread t also writes the derivatives of its features straight
+// to deriv (consecutive threads on consecutive elements).
+template <typename T, bool kDerivatives>
 __global__ void __launch_bounds__(kThreads)
     forward_staged_kernel(const T* __restrict__ feats, const T* __restrict__ points,
-                          T* __restrict__ out, int64_t n, int f) {
+                          T* __restrict__ out, at::opmath_type<T>* __restrict__ deriv, int64_t n,
+                          int f) {
   using acc_t = at::opmath_type<T>;
   constexpr int kG = kGroup<T>;
   extern __shared__ uint4 staged_raw[];
   T* tile = reinterpret_cast<T*>(staged_raw);  // kG x 8 x f feats
   T* out_tile = tile + kG * 8 * f;              // kG x f outputs
   __shared__ acc_t weights[kG][8];
+  __shared__ acc_t d_point[kDerivatives ? kG : 1][3][8];
   for (int64_t p0 = int64_t(blockIdx.x) * kG; p0 < n; p0 += int64_t(gridDim.x) * kG) {
     const int g = static_cast<int>(std::min<int64_t>(kG, n - p0));
     __syncthreads();  // the previous group's tiles are no longer read
@@ -224,17 +285,33 @@ __global__ void __launch_bounds__(kThreads)
       const T* pt = points + 3 * (p0 + threadIdx.x);
       const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
 #pragma unroll
-      for (int c = 0; c < 8; ++c) weights[threadIdx.x][c] = cw.weight[c];
+      for (int c = 0; c < 8; ++c) {
+        weights[threadIdx.x][c] = cw.weight[c];
+        if constexpr (kDerivatives) {
+#pragma unroll
+          for (int a = 0; a < 3; ++a) d_point[threadIdx.x][a][c] = cw.d_point[a][c];
+        }
+      }
     }
     stage_group_wait();
     __syncthreads();
     for (int q = 0; q < g; ++q) {
       for (int x = threadIdx.x; x < f; x += kThreads) {
-        acc_t acc = 0;
+        acc_t acc = 0, blend[3] = {0, 0, 0};
 #pragma unroll
-        for (int c = 0; c < 8; ++c)
-          acc += weights[q][c] * static_cast<acc_t>(tile[(q * 8 + c) * f + x]);
+        for (int c = 0; c < 8; ++c) {
+          const acc_t fe = static_cast<acc_t>(tile[(q * 8 + c) * f + x]);
+          acc += weights[q][c] * fe;
+          if constexpr (kDerivatives) {
+#pragma unroll
+            for (int a = 0; a < 3; ++a) blend[a] += d_point[q][a][c] * fe;
+          }
+        }
         out_tile[q * f + x] = static_cast<T>(acc);
+        if constexpr (kDerivatives) {
+#pragma unroll
+          for (int a = 0; a < 3; ++a) deriv[(3 * (p0 + q) + a) * f + x] = blend[a];
+        }
       }
     }
     __syncthreads();
@@ -247,24 +324,32 @@ __global__ void __launch_bounds__(kThreads)
 // 16-byte vectors t, t + 256, ... (each 8 consecutive elements of the
 // contiguous kGroup x 8 x F block, possibly across a row end), and warp w
 // reduces point w's three derivatives, its lanes striding along F, in a fixed
-// order (deterministic).
-template <typename T>
+// order (deterministic). With kSaved the block stages the group's rows of the
+// forward's derivatives (3 per point) instead of its feats.
+template <typename T, bool kSaved>
 __global__ void __launch_bounds__(kThreads)
     backward_staged_kernel(const T* __restrict__ go, const T* __restrict__ feats,
+                           const at::opmath_type<T>* __restrict__ deriv,
                            const T* __restrict__ points, T* __restrict__ grad_feats,
                            T* __restrict__ grad_points, int64_t n, int f) {
   using acc_t = at::opmath_type<T>;
   constexpr int kVec = 16 / sizeof(T), kG = kGroup<T>;
   extern __shared__ uint4 staged_raw[];
-  T* tile = reinterpret_cast<T*>(staged_raw);  // kG x 8 x f feats
-  T* go_tile = tile + kG * 8 * f;               // kG x f grad outputs
+  T* tile = reinterpret_cast<T*>(staged_raw);           // kG x 8 x f feats, or
+  acc_t* deriv_tile = reinterpret_cast<acc_t*>(staged_raw);  // kG x 3 x f derivatives
+  T* go_tile = kSaved ? reinterpret_cast<T*>(deriv_tile + kG * 3 * f)
+                      : tile + kG * 8 * f;  // kG x f grad outputs
   __shared__ acc_t weights[kG][8];
   __shared__ acc_t d_point[kG][3][8];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   for (int64_t p0 = int64_t(blockIdx.x) * kG; p0 < n; p0 += int64_t(gridDim.x) * kG) {
     const int g = static_cast<int>(std::min<int64_t>(kG, n - p0));
     __syncthreads();  // the previous group's tiles are no longer read
-    stage_group(tile, feats + p0 * 8 * f, g * 8 * f);
+    if constexpr (kSaved) {
+      stage_group(deriv_tile, deriv + p0 * 3 * f, g * 3 * f);
+    } else {
+      stage_group(tile, feats + p0 * 8 * f, g * 8 * f);
+    }
     stage_group(go_tile, go + p0 * f, g * f);
     if (threadIdx.x < g) {
       const T* pt = points + 3 * (p0 + threadIdx.x);
@@ -297,11 +382,16 @@ __global__ void __launch_bounds__(kThreads)
       for (int x = lane; x < f; x += kWarp) {
         const acc_t gx = static_cast<acc_t>(go_tile[warp * f + x]);
         acc_t blend[3] = {0, 0, 0};
+        if constexpr (kSaved) {
 #pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          const acc_t fv = static_cast<acc_t>(tile[(warp * 8 + c) * f + x]);
+          for (int a = 0; a < 3; ++a) blend[a] = deriv_tile[(warp * 3 + a) * f + x];
+        } else {
 #pragma unroll
-          for (int a = 0; a < 3; ++a) blend[a] += d_point[warp][a][c] * fv;
+          for (int c = 0; c < 8; ++c) {
+            const acc_t fv = static_cast<acc_t>(tile[(warp * 8 + c) * f + x]);
+#pragma unroll
+            for (int a = 0; a < 3; ++a) blend[a] += d_point[warp][a][c] * fv;
+          }
         }
 #pragma unroll
         for (int a = 0; a < 3; ++a) d[a] += gx * blend[a];
@@ -329,19 +419,31 @@ bool staged_takes(int64_t f, int64_t elem_size, std::initializer_list<const void
   return f % (16 / elem_size) != 0 && staged_bytes(f) <= kStagedBytes && aligned16(ptrs);
 }
 
-template <typename T>
-void launch_staged_forward(const T* feats, const T* points, T* out, int64_t n, int64_t f,
-                           cudaStream_t stream) {
-  forward_staged_kernel<T><<<blocks_for(n, kGroup<T>), kThreads, staged_bytes(f), stream>>>(
-      feats, points, out, n, static_cast<int>(f));
+template <typename T, bool kDerivatives>
+void launch_staged_forward(const T* feats, const T* points, T* out, at::opmath_type<T>* deriv,
+                           int64_t n, int64_t f, cudaStream_t stream) {
+  forward_staged_kernel<T, kDerivatives>
+      <<<blocks_for(n, kGroup<T>), kThreads, staged_bytes(f), stream>>>(feats, points, out, deriv,
+                                                                         n, static_cast<int>(f));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <typename T>
-void launch_staged_backward(const T* go, const T* feats, const T* points, T* grad_feats,
-                            T* grad_points, int64_t n, int64_t f, cudaStream_t stream) {
-  backward_staged_kernel<T><<<blocks_for(n, kGroup<T>), kThreads, staged_bytes(f), stream>>>(
-      go, feats, points, grad_feats, grad_points, n, static_cast<int>(f));
+// Dynamic shared memory of backward_staged_kernel: the group's feats (or
+// derivatives) and grad-output rows; at most staged_bytes(f).
+template <typename T, bool kSaved>
+int64_t staged_backward_bytes(int64_t f) {
+  const int64_t source = kSaved ? kGroup<T> * 3 * f * int64_t(sizeof(at::opmath_type<T>))
+                                : kGroup<T> * 8 * f * int64_t(sizeof(T));
+  return source + kGroup<T> * f * int64_t(sizeof(T));
+}
+
+template <typename T, bool kSaved>
+void launch_staged_backward(const T* go, const T* feats, const at::opmath_type<T>* deriv,
+                            const T* points, T* grad_feats, T* grad_points, int64_t n, int64_t f,
+                            cudaStream_t stream) {
+  backward_staged_kernel<T, kSaved>
+      <<<blocks_for(n, kGroup<T>), kThreads, staged_backward_bytes<T, kSaved>(f), stream>>>(
+          go, feats, deriv, points, grad_feats, grad_points, n, static_cast<int>(f));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -352,54 +454,79 @@ int pack_for(int64_t f, int64_t elem_size, std::initializer_list<const void*> pt
   return static_cast<int>(v);
 }
 
-void forward_cuda(const at::Tensor& feats, const at::Tensor& points, const at::Tensor& out) {
+// Calls fn(std::bool_constant<flag>{}).
+template <typename Fn>
+void with_flag(bool flag, const Fn& fn) {
+  if (flag) {
+    fn(std::true_type{});
+  } else {
+    fn(std::false_type{});
+  }
+}
+
+void forward_cuda(const at::Tensor& feats, const at::Tensor& points, const at::Tensor& out,
+                  const at::Tensor& derivatives) {
   const c10::cuda::CUDAGuard guard(feats.device());
   const int64_t f = feats.size(2);
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_cuda", [&] {
+        using acc_t = at::opmath_type<scalar_t>;
         const scalar_t* fp = feats.const_data_ptr<scalar_t>();
+        const scalar_t* pp = points.const_data_ptr<scalar_t>();
         scalar_t* op = out.data_ptr<scalar_t>();
-        auto launch = [&](auto v) {
+        acc_t* dp = derivatives.defined() ? derivatives.data_ptr<acc_t>() : nullptr;
+        auto launch = [&](auto v, auto d) {
           constexpr int V = decltype(v)::value;
+          constexpr bool D = decltype(d)::value;
           const int64_t total = out.numel() / V;
           const int64_t blocks = blocks_for(total, kThreads);
-          // 32-bit indices while feats' elements and the grid-stride loop's
-          // last step (below total + blocks * kThreads) stay under 2^31.
+          // 32-bit indices while feats' elements (more than the derivatives')
+          // and the grid-stride loop's last step (below total + blocks *
+          // kThreads) stay under 2^31.
           if (feats.numel() < (int64_t{1} << 31) &&
               total + blocks * kThreads < (int64_t{1} << 31)) {
-            forward_kernel<scalar_t, V, uint32_t><<<blocks, kThreads, 0, stream>>>(
-                fp, points.const_data_ptr<scalar_t>(), op, uint32_t(total), uint32_t(f));
+            forward_kernel<scalar_t, V, uint32_t, D><<<blocks, kThreads, 0, stream>>>(
+                fp, pp, op, dp, uint32_t(total), uint32_t(f));
           } else {
-            forward_kernel<scalar_t, V, int64_t><<<blocks, kThreads, 0, stream>>>(
-                fp, points.const_data_ptr<scalar_t>(), op, total, f);
+            forward_kernel<scalar_t, V, int64_t, D>
+                <<<blocks, kThreads, 0, stream>>>(fp, pp, op, dp, total, f);
           }
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         };
         constexpr int kPack = 16 / sizeof(scalar_t) > 1 ? 16 / sizeof(scalar_t) : 1;
-        if (pack_for(f, sizeof(scalar_t), {fp, op}) == kPack) {
-          launch(std::integral_constant<int, kPack>{});
-        } else if (staged_takes(f, sizeof(scalar_t), {fp, op})) {
-          launch_staged_forward(fp, points.const_data_ptr<scalar_t>(), op, feats.size(0), f,
-                                stream);
-        } else {
-          launch(std::integral_constant<int, 1>{});
-        }
+        with_flag(dp != nullptr, [&](auto d) {
+          constexpr bool D = decltype(d)::value;
+          if (pack_for(f, sizeof(scalar_t), {fp, op, dp}) == kPack) {
+            launch(std::integral_constant<int, kPack>{}, d);
+          } else if (staged_takes(f, sizeof(scalar_t), {fp, op})) {
+            launch_staged_forward<scalar_t, D>(fp, pp, op, dp, feats.size(0), f, stream);
+          } else {
+            launch(std::integral_constant<int, 1>{}, d);
+          }
+        });
       });
 }
 
-void backward_cuda(const at::Tensor& grad_out, const at::Tensor& feats, const at::Tensor& points,
-                   const at::Tensor& grad_feats, const at::Tensor& grad_points) {
-  const c10::cuda::CUDAGuard guard(feats.device());
-  const int64_t n = feats.size(0), f = feats.size(2);
+void backward_cuda(const at::Tensor& grad_out, const at::Tensor& source, bool from_derivatives,
+                   const at::Tensor& points, const at::Tensor& grad_feats,
+                   const at::Tensor& grad_points) {
+  const c10::cuda::CUDAGuard guard(grad_out.device());
+  const int64_t n = grad_feats.size(0), f = grad_feats.size(2);
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, feats.scalar_type(), "trilinear_interpolation_backward_cuda", [&] {
+      at::kHalf, at::kBFloat16, grad_out.scalar_type(), "trilinear_interpolation_backward_cuda",
+      [&] {
+        using acc_t = at::opmath_type<scalar_t>;
         const scalar_t* gp = grad_out.const_data_ptr<scalar_t>();
-        const scalar_t* fp = feats.const_data_ptr<scalar_t>();
+        const scalar_t* fp = from_derivatives ? nullptr : source.const_data_ptr<scalar_t>();
+        const acc_t* dp = from_derivatives ? source.const_data_ptr<acc_t>() : nullptr;
+        const scalar_t* pp = points.const_data_ptr<scalar_t>();
         scalar_t* gfp = grad_feats.data_ptr<scalar_t>();
-        auto launch = [&](auto v) {
+        scalar_t* gpp = grad_points.data_ptr<scalar_t>();
+        auto launch = [&](auto v, auto saved) {
           constexpr int V = decltype(v)::value;
+          constexpr bool kSaved = decltype(saved)::value;
           // Threads per point: one pack each up to a warp (a warp's accesses
           // then cover whole rows), and for longer rows about four packs
           // each, at most a block.
@@ -407,20 +534,21 @@ void backward_cuda(const at::Tensor& grad_out, const at::Tensor& feats, const at
           while (team < kWarp && team * V < f) team *= 2;
           while (team < kThreads && team * V * 4 < f) team *= 2;
           const int64_t blocks = blocks_for(n, kThreads / team);
-          backward_kernel<scalar_t, V>
-              <<<blocks, kThreads, 0, stream>>>(gp, fp, points.const_data_ptr<scalar_t>(), gfp,
-                                                grad_points.data_ptr<scalar_t>(), n, f, team);
+          backward_kernel<scalar_t, V, kSaved>
+              <<<blocks, kThreads, 0, stream>>>(gp, fp, dp, pp, gfp, gpp, n, f, team);
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         };
         constexpr int kPack = 16 / sizeof(scalar_t) > 1 ? 16 / sizeof(scalar_t) : 1;
-        if (pack_for(f, sizeof(scalar_t), {gp, fp, gfp}) == kPack) {
-          launch(std::integral_constant<int, kPack>{});
-        } else if (staged_takes(f, sizeof(scalar_t), {gp, fp, gfp})) {
-          launch_staged_backward(gp, fp, points.const_data_ptr<scalar_t>(), gfp,
-                                 grad_points.data_ptr<scalar_t>(), n, f, stream);
-        } else {
-          launch(std::integral_constant<int, 1>{});
-        }
+        with_flag(from_derivatives, [&](auto saved) {
+          constexpr bool kSaved = decltype(saved)::value;
+          if (pack_for(f, sizeof(scalar_t), {gp, fp, dp, gfp}) == kPack) {
+            launch(std::integral_constant<int, kPack>{}, saved);
+          } else if (staged_takes(f, sizeof(scalar_t), {gp, fp, dp, gfp})) {
+            launch_staged_backward<scalar_t, kSaved>(gp, fp, dp, pp, gfp, gpp, n, f, stream);
+          } else {
+            launch(std::integral_constant<int, 1>{}, saved);
+          }
+        });
       });
 }
 

@@ -43,6 +43,8 @@ OPS = (
     "filter2d_grad_input",
     "filter2d_grad_kernel",
     "trilinear_interpolation_backward",
+    "trilinear_interpolation_with_derivatives",
+    "trilinear_interpolation_backward_from_derivatives",
 )
 
 

@@ -170,7 +170,9 @@ const char* const kDirectOps[] = {"customconv::depthwise_conv2d",
                                   "customconv::filter2d_grad_input",
                                   "customconv::filter2d_grad_kernel",
                                   "customconv::trilinear_interpolation",
-                                  "customconv::trilinear_interpolation_backward"};
+                                  "customconv::trilinear_interpolation_backward",
+                                  "customconv::trilinear_interpolation_with_derivatives",
+                                  "customconv::trilinear_interpolation_backward_from_derivatives"};
 
 TEST(DirectOpRegistrationTest, PublicOpsHaveTheDocumentedSchemas) {
   EXPECT_EQ(schema_string("customconv::depthwise_conv2d"),
@@ -201,6 +203,12 @@ TEST(DirectOpRegistrationTest, BackwardOpsAreOpsOfTheirOwn) {
   EXPECT_EQ(schema_string("customconv::trilinear_interpolation_backward"),
             "customconv::trilinear_interpolation_backward(Tensor grad_output, Tensor feats, "
             "Tensor points) -> (Tensor, Tensor)");
+  EXPECT_EQ(schema_string("customconv::trilinear_interpolation_with_derivatives"),
+            "customconv::trilinear_interpolation_with_derivatives(Tensor feats, Tensor points) "
+            "-> (Tensor, Tensor)");
+  EXPECT_EQ(schema_string("customconv::trilinear_interpolation_backward_from_derivatives"),
+            "customconv::trilinear_interpolation_backward_from_derivatives(Tensor grad_output, "
+            "Tensor derivatives, Tensor points) -> (Tensor, Tensor)");
 }
 
 TEST(DirectOpRegistrationTest, EveryOpHasCpuAutogradAndMetaKernels) {
@@ -1190,6 +1198,25 @@ TEST_P(TrilinearInterpolationTest, BackwardOpComputesBothGradients) {
         go.to(device()), rf.detach().to(device()), rp.detach().to(device()));
     EXPECT_TRUE(close_to(grad_feats, rg[0], kF64)) << "grad feats";
     EXPECT_TRUE(close_to(grad_points, rg[1], kF64)) << "grad points";
+  }
+}
+
+TEST_P(TrilinearInterpolationTest, TrainingPairGivesTheBackwardOpsGradients) {
+  for (int64_t n : {0, 1, 200}) {
+    SCOPED_TRACE(n);
+    const at::Tensor feats = torch::randn({n, 8, 21}, options(at::kDouble));
+    const at::Tensor points = random_points(n).to(device());
+    const at::Tensor go = torch::randn({n, 21}, options(at::kDouble));
+    const auto [out, derivatives] =
+        customconv::detail::trilinear_interpolation_with_derivatives(feats, points);
+    EXPECT_EQ(derivatives.sizes(), (std::vector<int64_t>{n, 3, 21}));
+    EXPECT_TRUE(at::equal(out, customconv::trilinear_interpolation(feats, points)));
+    const auto [gf, gp] = customconv::detail::trilinear_interpolation_backward_from_derivatives(
+        go, derivatives, points);
+    const auto [want_gf, want_gp] =
+        customconv::detail::trilinear_interpolation_backward(go, feats, points);
+    EXPECT_TRUE(close_to(gf, want_gf, kF64)) << "grad feats";
+    EXPECT_TRUE(close_to(gp, want_gp, kF64)) << "grad points";
   }
 }
 

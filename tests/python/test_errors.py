@@ -77,6 +77,16 @@ def trilinear_backward(device, go=(4, 5), feats=(4, 8, 5), points=(4, 3), godt=F
                                                 t(device, *points))
 
 
+def trilinear_with_derivatives(device, feats=(4, 8, 5), points=(4, 3)):
+    return ops.trilinear_interpolation_with_derivatives(t(device, *feats), t(device, *points))
+
+
+def trilinear_from_derivatives(device, go=(4, 5), deriv=(4, 3, 5), points=(4, 3), dt=F32,
+                               ddt=F32):
+    return ops.trilinear_interpolation_backward_from_derivatives(
+        t(device, *go, dtype=dt), t(device, *deriv, dtype=ddt), t(device, *points, dtype=dt))
+
+
 BORDER_LIST = r'border must be one of "zeros", "reflect", "replicate", "circular"; got '
 
 
@@ -498,6 +508,28 @@ CASES = {
     "trilinear_interpolation_backward-n-mismatch": (
         lambda d: trilinear_backward(d, points=(3, 3)),
         r"trilinear_interpolation_backward: feats has 4 cubes but points has 3 points", True),
+    "trilinear_interpolation_with_derivatives-feats-7-corners": (
+        lambda d: trilinear_with_derivatives(d, feats=(4, 7, 5)),
+        r"trilinear_interpolation_with_derivatives: feats must be \(N, 8, F\)", True),
+    "trilinear_interpolation_backward_from_derivatives-derivatives-float64": (
+        lambda d: trilinear_from_derivatives(d, ddt=F64),
+        r"trilinear_interpolation_backward_from_derivatives: derivatives has dtype Double but "
+        r"grad_output has dtype Float; the derivatives must be Float", True),
+    "trilinear_interpolation_backward_from_derivatives-bfloat16-derivatives": (
+        lambda d: trilinear_from_derivatives(d, dt=torch.bfloat16, ddt=torch.bfloat16),
+        r"trilinear_interpolation_backward_from_derivatives: derivatives has dtype BFloat16 but "
+        r"grad_output has dtype BFloat16; the derivatives must be Float", True),
+    "trilinear_interpolation_backward_from_derivatives-feats-given": (
+        lambda d: trilinear_from_derivatives(d, deriv=(4, 8, 5)),
+        r"trilinear_interpolation_backward_from_derivatives: derivatives must be \(N, 3, F\) "
+        r"with N = 4 points; got shape \[4, 8, 5\]", True),
+    "trilinear_interpolation_backward_from_derivatives-grad-output-wrong-shape": (
+        lambda d: trilinear_from_derivatives(d, go=(4, 6)),
+        r"trilinear_interpolation_backward_from_derivatives: grad_output has shape \[4, 6\] but "
+        r"the output is \(4, 5\)", True),
+    "trilinear_interpolation_backward_from_derivatives-points-2-columns": (
+        lambda d: trilinear_from_derivatives(d, points=(4, 2)),
+        r"trilinear_interpolation_backward_from_derivatives: points must be \(N, 3\)", True),
 }
 
 # Cases of the direct-kernel ops: after them, one call of each of those ops must work too.
@@ -598,6 +630,11 @@ MIXED_DEVICE_CASES = {
         lambda: ops.trilinear_interpolation_backward(t("cpu", 4, 5), t("cuda", 4, 8, 5),
                                                      t("cuda", 4, 3)),
         r"trilinear_interpolation_backward: grad_output is on cpu but feats is on cuda:\d"),
+    "trilinear_interpolation_backward_from_derivatives-derivatives-on-cpu": (
+        lambda: ops.trilinear_interpolation_backward_from_derivatives(
+            t("cuda", 4, 5), t("cpu", 4, 3, 5), t("cuda", 4, 3)),
+        r"trilinear_interpolation_backward_from_derivatives: derivatives is on cpu but "
+        r"grad_output is on cuda:\d"),
 }
 
 

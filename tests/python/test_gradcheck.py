@@ -303,6 +303,11 @@ DIRECT_BACKWARD_OPS = {
                                                                "replicate"),
     "trilinear_interpolation_backward": lambda t: ops.trilinear_interpolation_backward(
         t(4, 3), t(4, 8, 3), t(4, 3)),
+    "trilinear_interpolation_with_derivatives":
+        lambda t: ops.trilinear_interpolation_with_derivatives(t(4, 8, 3), t(4, 3)),
+    "trilinear_interpolation_backward_from_derivatives":
+        lambda t: ops.trilinear_interpolation_backward_from_derivatives(
+            t(4, 3), t(4, 3, 3), t(4, 3)),
 }
 
 

@@ -115,11 +115,25 @@ SAMPLES = {
                                                         lambda t: ((t((6, 5), "transposed"),
                                                                     t((6, 8, 5), "offset"),
                                                                     t((6, 3), "transposed")), {})),
+    "trilinear_interpolation_with_derivatives": ("trilinear_interpolation_with_derivatives",
+                                                 lambda t: ((t((5, 8, 7)), t((5, 3))), {})),
+    "trilinear_interpolation_with_derivatives-non-contiguous": (
+        "trilinear_interpolation_with_derivatives",
+        lambda t: ((t((6, 8, 5), "transposed"), t((6, 3), "sliced")), {})),
+    "trilinear_interpolation_backward_from_derivatives": (
+        "trilinear_interpolation_backward_from_derivatives",
+        lambda t: ((t((5, 7)), t((5, 3, 7)), t((5, 3))), {})),
+    "trilinear_interpolation_backward_from_derivatives-non-contiguous": (
+        "trilinear_interpolation_backward_from_derivatives",
+        lambda t: ((t((6, 5), "transposed"), t((6, 3, 5), "offset"), t((6, 3), "transposed")),
+                   {})),
 }
 
 BACKWARD_OPS = {"conv2d_grad_input", "conv2d_grad_weight", "conv2d_grad_bias",
                 "depthwise_conv2d_grad_input", "depthwise_conv2d_grad_weight",
-                "depthwise_conv2d_grad_weight_bias", "filter2d_grad_input", "filter2d_grad_kernel", "trilinear_interpolation_backward"}
+                "depthwise_conv2d_grad_weight_bias", "filter2d_grad_input", "filter2d_grad_kernel", "trilinear_interpolation_backward",
+                "trilinear_interpolation_with_derivatives",
+                "trilinear_interpolation_backward_from_derivatives"}
 
 
 def test_every_op_has_an_opcheck_sample():

@@ -3,8 +3,9 @@ PyTorch's ops (float64, autograd for the gradients): forward and the
 gradients of feats and points for N from 0 to 10**6, F from 1 to 2048
 (sizes that break every vector width included), points inside and outside
 [-1, 1], non-contiguous tensors, NaN and Inf; on every supported device and
-dtype; its backward op called directly; deterministic gradients; and
-customconv.nn.TrilinearInterpolation."""
+dtype; its backward op called directly; the training pair (forward with
+the derivatives by the points, backward from them) called directly and chosen
+by autograd; deterministic gradients; and customconv.nn.TrilinearInterpolation."""
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from testlib import (
     DEVICES,
     TrilinearConfig,
     assert_deterministic,
+    assert_matches,
     capture_and_replay,
     check_against_reference,
     check_under_no_grad_and_inference_mode,
@@ -193,6 +195,92 @@ def test_trilinear_backward_op_called_directly_matches_the_formula(device, rng, 
     for name, g in (("grad_feats", grad_feats), ("grad_points", grad_points)):
         torch.testing.assert_close(g.cpu(), ref[name][0], rtol=1e-10, atol=1e-10,
                                    msg=lambda m: f"seed={seed} {name} {cfg}: {m}")
+
+
+def point_derivatives_reference(feats, points):
+    """d out[n, f] / d points[n, a] (N, 3, F) in float64, and its bounds (the
+    same sums of absolute values)."""
+    feats, points = f64(feats), f64(points)
+    x = feats.reshape(feats.shape[0], 2, 2, 2, feats.shape[2])  # corner (i, j, k)
+    u = (points + 1) / 2
+    wts = [torch.stack([1 - u[:, a], u[:, a]], 1) for a in range(3)]  # (N, 2) each
+    mag = [t.abs() for t in wts]
+    ax = x.abs()
+    want = 0.5 * torch.stack([
+        torch.einsum("nj,nk,njkf->nf", wts[1], wts[2], x[:, 1] - x[:, 0]),
+        torch.einsum("ni,nk,nikf->nf", wts[0], wts[2], x[:, :, 1] - x[:, :, 0]),
+        torch.einsum("ni,nj,nijf->nf", wts[0], wts[1], x[:, :, :, 1] - x[:, :, :, 0])], 1)
+    bound = 0.5 * torch.stack([
+        torch.einsum("nj,nk,njkf->nf", mag[1], mag[2], ax[:, 1] + ax[:, 0]),
+        torch.einsum("ni,nk,nikf->nf", mag[0], mag[2], ax[:, :, 1] + ax[:, :, 0]),
+        torch.einsum("ni,nj,nijf->nf", mag[0], mag[1], ax[:, :, :, 1] + ax[:, :, :, 0])], 1)
+    return want, bound
+
+
+def misaligned_copy(t):
+    """t's values in a contiguous tensor that starts one element past its
+    storage (not 16-byte aligned)."""
+    return torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:].view(t.shape).copy_(t)
+
+
+# The training pair: trilinear_interpolation_with_derivatives returns the
+# output (bitwise the plain forward's) and the derivatives by the points in the
+# accumulation type; trilinear_interpolation_backward_from_derivatives returns
+# what trilinear_interpolation_backward does, without reading feats. Feature
+# counts and layouts reach every CUDA kernel variant (16-byte packs, staged
+# groups, one element per access).
+@pytest.mark.parametrize("layout", ["contiguous", "offset"])
+@pytest.mark.parametrize("features", [1, 7, 8, 33, 255, 256])
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+def test_trilinear_training_pair_called_directly_matches_the_formula(
+        device, dtype, features, layout, rng, gen, seed):
+    cfg = random_trilinear_config(rng, n=max(3, 2048 // features) + 1, features=features,
+                                  feats_layout=layout, grad_layout=layout, points="outside")
+    ctx = f"seed={seed} {device} {dtype} {cfg}"
+    feats, points = make_inputs(cfg, device, dtype, gen, need=())
+    out, deriv = ops.trilinear_interpolation_with_derivatives(feats, points)
+    acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    assert deriv.dtype == acc and deriv.shape == (cfg.n, 3, features), ctx
+    torch.testing.assert_close(out, ops.trilinear_interpolation(feats, points), rtol=0, atol=0,
+                               msg=lambda m: f"output [{ctx}]: {m}")
+    want, bound = point_derivatives_reference(feats, points)
+    assert_matches(deriv.cpu(), want, bound, acc, 16, "derivatives", ctx)
+
+    go = make_tensor((cfg.n, features), dtype, device, cfg.grad_layout, gen)
+    ref = trilinear_reference(feats, points, go)
+    for d in (deriv, misaligned_copy(deriv)):
+        grads = ops.trilinear_interpolation_backward_from_derivatives(go, d, points)
+        for name, got in zip(("grad_feats", "grad_points"), grads):
+            want, bound = ref[name]
+            assert_matches(got.cpu(), want, bound, dtype, trilinear_reductions(features)[name],
+                           name, ctx)
+
+
+def saved_shapes(feats, points):
+    """The shapes of the tensors autograd keeps for the backward of
+    trilinear_interpolation(feats, points)."""
+    shapes = []
+
+    def pack(t):
+        shapes.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        ops.trilinear_interpolation(feats, points)
+    return shapes
+
+
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+def test_trilinear_autograd_keeps_the_derivatives_only_where_they_move_fewer_bytes(
+        device, dtype, gen):
+    # float32 and float64 keep the (N, 3, F) derivatives (besides references
+    # to feats and points) when points needs a gradient; 16-bit dtypes (float32
+    # derivatives) and a points without a gradient do not.
+    feats = make_tensor((5, 8, 6), dtype, device, gen=gen, requires_grad=True)
+    points = make_tensor((5, 3), dtype, device, gen=gen, requires_grad=True)
+    wide = dtype in (torch.float32, torch.float64)
+    assert saved_shapes(feats, points) == [(5, 8, 6), (5, 3)] + ([(5, 3, 6)] if wide else [])
+    assert saved_shapes(feats, points.detach()) == [(5, 8, 6), (5, 3)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
