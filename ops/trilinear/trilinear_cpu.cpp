@@ -11,6 +11,26 @@
 namespace customconv {
 namespace {
 
+// One point's output row and its 3 rows of derivatives (d, d + f, d + 2f)
+// from its 8 feats rows, in one pass along F (the restrict-qualified
+// parameters let the compiler vectorize it).
+template <typename T, typename A>
+void blend_with_derivatives(const T* __restrict__ fp, const CornerWeights<A>& cw,
+                            T* __restrict__ out, A* __restrict__ d, int64_t f) {
+  for (int64_t x = 0; x < f; ++x) {
+    A acc = 0, bu = 0, bv = 0, bw = 0;
+    for (int c = 0; c < 8; ++c) {
+      const A fv = static_cast<A>(fp[c * f + x]);
+      acc += cw.weight[c] * fv;
+      bu += cw.d_point[0][c] * fv;
+      bv += cw.d_point[1][c] * fv;
+      bw += cw.d_point[2][c] * fv;
+    }
+    out[x] = static_cast<T>(acc);
+    d[x] = bu, d[f + x] = bv, d[2 * f + x] = bw;
+  }
+}
+
 // Work split: one task per point; the 8 corner rows are blended along F
 // (unit stride, vectorizable). With deriv, also the point's 3 rows of
 // derivatives (N, 3, F).
@@ -24,20 +44,15 @@ void forward_points(const T* feats, const T* points, T* out, at::opmath_type<T>*
       const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
       const T* fp = feats + p * 8 * f;
       T* dst = out + p * f;
-      for (int64_t x = 0; x < f; ++x) {
-        acc_t acc = 0;
-        for (int c = 0; c < 8; ++c) acc += cw.weight[c] * static_cast<acc_t>(fp[c * f + x]);
-        dst[x] = static_cast<T>(acc);
-      }
-      if (deriv == nullptr) continue;
-      for (int a = 0; a < 3; ++a) {
-        acc_t* dd = deriv + (3 * p + a) * f;
+      if (deriv == nullptr) {
         for (int64_t x = 0; x < f; ++x) {
-          acc_t blend = 0;
-          for (int c = 0; c < 8; ++c) blend += cw.d_point[a][c] * static_cast<acc_t>(fp[c * f + x]);
-          dd[x] = blend;
+          acc_t acc = 0;
+          for (int c = 0; c < 8; ++c) acc += cw.weight[c] * static_cast<acc_t>(fp[c * f + x]);
+          dst[x] = static_cast<T>(acc);
         }
+        continue;
       }
+      blend_with_derivatives(fp, cw, dst, deriv + 3 * p * f, f);
     }
   });
 }
@@ -56,20 +71,25 @@ void backward_points(const T* go, const T* feats, const at::opmath_type<T>* deri
       const T* g = go + p * f;
       T* gf = grad_feats + p * 8 * f;
       acc_t d[3] = {0, 0, 0};
-      for (int64_t x = 0; x < f; ++x) {
-        const acc_t gx = static_cast<acc_t>(g[x]);
-        for (int c = 0; c < 8; ++c) gf[c * f + x] = static_cast<T>(cw.weight[c] * gx);
-        acc_t blend[3] = {0, 0, 0};
-        if (feats != nullptr) {
-          const T* fp = feats + p * 8 * f;
+      if (feats != nullptr) {
+        const T* fp = feats + p * 8 * f;
+        for (int64_t x = 0; x < f; ++x) {
+          const acc_t gx = static_cast<acc_t>(g[x]);
+          acc_t blend[3] = {0, 0, 0};
           for (int c = 0; c < 8; ++c) {
             const acc_t fv = static_cast<acc_t>(fp[c * f + x]);
+            gf[c * f + x] = static_cast<T>(cw.weight[c] * gx);
             for (int a = 0; a < 3; ++a) blend[a] += cw.d_point[a][c] * fv;
           }
-        } else {
-          for (int a = 0; a < 3; ++a) blend[a] = deriv[(3 * p + a) * f + x];
+          for (int a = 0; a < 3; ++a) d[a] += gx * blend[a];
         }
-        for (int a = 0; a < 3; ++a) d[a] += gx * blend[a];
+      } else {
+        const acc_t* dp = deriv + 3 * p * f;
+        for (int64_t x = 0; x < f; ++x) {
+          const acc_t gx = static_cast<acc_t>(g[x]);
+          for (int c = 0; c < 8; ++c) gf[c * f + x] = static_cast<T>(cw.weight[c] * gx);
+          for (int a = 0; a < 3; ++a) d[a] += gx * dp[a * f + x];
+        }
       }
       for (int a = 0; a < 3; ++a) grad_points[3 * p + a] = static_cast<T>(d[a]);
     }
