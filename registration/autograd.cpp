@@ -127,31 +127,47 @@ class Filter2dFunction : public torch::autograd::Function<Filter2dFunction> {
   }
 };
 
-// With save_derivatives the forward also computes the output's derivatives by
-// the points (3 NF elements, kept for the backward), so the backward reads
-// those instead of feats' 8 NF. feats is kept too (a reference, no copy): a
-// backward that records a graph (create_graph) takes the backward op of feats,
-// whose gradients refuse a second differentiation in feats as well as points
-// (the saved derivatives are constants to autograd and would silently drop
-// feats from it).
+// What trilinear_interpolation's forward keeps for its backward.
+enum TrilinearKeep : int64_t {
+  // feats and points; the backward op blends the derivatives from feats again.
+  kKeepFeats = 0,
+  // The output's derivatives by the points too (3 NF elements), so the
+  // backward reads those instead of feats' 8 NF. feats is kept as well (a
+  // reference, no copy): a backward that records a graph (create_graph)
+  // takes the backward op of feats, whose gradients refuse a second
+  // differentiation in feats as well as points (the saved derivatives are
+  // constants to autograd and would silently drop feats from it).
+  kKeepDerivatives = 1,
+  // points alone, when points needs no gradient: grad_feats comes from
+  // grad_output and the corner weights (9 NF elements moved instead of 17).
+  kKeepPoints = 2,
+};
+
 class TrilinearFunction : public torch::autograd::Function<TrilinearFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& feats,
-                            const at::Tensor& points, bool save_derivatives) {
+                            const at::Tensor& points, int64_t keep) {
     at::AutoDispatchBelowADInplaceOrView below;
-    if (save_derivatives) {
+    ctx->saved_data["keep"] = keep;
+    if (keep == kKeepDerivatives) {
       auto [out, derivatives] = detail::trilinear_interpolation_with_derivatives(feats, points);
       ctx->save_for_backward({feats, points, derivatives});
       return out;
     }
-    ctx->save_for_backward({feats, points});
+    ctx->save_for_backward(keep == kKeepPoints ? variable_list{points}
+                                               : variable_list{feats, points});
     return customconv::trilinear_interpolation(feats, points);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
+    const int64_t keep = ctx->saved_data["keep"].toInt();
+    if (keep == kKeepPoints) {
+      return {detail::trilinear_interpolation_grad_feats(grads[0], saved[0]), at::Tensor(),
+              at::Tensor()};
+    }
     auto [grad_feats, grad_points] =
-        saved.size() == 3 && !at::GradMode::is_enabled()
+        keep == kKeepDerivatives && !at::GradMode::is_enabled()
             ? detail::trilinear_interpolation_backward_from_derivatives(grads[0], saved[2],
                                                                         saved[1])
             : detail::trilinear_interpolation_backward(grads[0], saved[0], saved[1]);
@@ -273,6 +289,7 @@ constexpr char kTrilinearBackward[] = "trilinear_interpolation_backward";
 constexpr char kTrilinearWithDerivatives[] = "trilinear_interpolation_with_derivatives";
 constexpr char kTrilinearBackwardFromDerivatives[] =
     "trilinear_interpolation_backward_from_derivatives";
+constexpr char kTrilinearGradFeats[] = "trilinear_interpolation_grad_feats";
 
 template <auto Fn, const char* kName>
 void register_once_differentiable(torch::Library& m) {
@@ -296,25 +313,31 @@ at::Tensor filter2d_autograd(const at::Tensor& input, const at::Tensor& kernel,
   return Filter2dFunction::apply(input, kernel, border);
 }
 
-// The backward needs the output's derivatives by the points only when points
-// needs a gradient. On CUDA, saving them (3 NF elements written, then read)
-// moves fewer bytes than reading feats (8 NF) again when they are stored in
-// feats' own precision: float32 and float64. For 16-bit feats they are
-// float32, and reading feats again is cheaper. On the CPU the fresh memory
-// the derivatives are written to costs more than reading feats again (its
-// pages are faulted in on first touch: N65536 F256 forward 61 -> 173 ms on a
-// 2-core machine, for 60 ms less in the backward), so it reads feats.
-bool trilinear_saves_derivatives(const at::Tensor& feats, const at::Tensor& points) {
-  if (!feats.is_cuda() || !at::GradMode::is_enabled() || !points.requires_grad()) return false;
+// What the forward keeps (TrilinearKeep). The backward needs the output's
+// derivatives by the points only when points needs a gradient. On CUDA,
+// saving them (3 NF elements written, then read) moves fewer bytes than
+// reading feats (8 NF) again when they are stored in feats' own precision:
+// float32 and float64. For 16-bit feats they are float32, and reading feats
+// again is cheaper. On the CPU the fresh memory the derivatives are written
+// to costs more than reading feats again (its pages are faulted in on first
+// touch: N65536 F256 forward 61 -> 173 ms on a 2-core machine, for 60 ms less
+// in the backward), so it reads feats.
+int64_t trilinear_keep(const at::Tensor& feats, const at::Tensor& points) {
+  if (!points.requires_grad()) return kKeepPoints;
+  if (!feats.is_cuda() || !at::GradMode::is_enabled()) return kKeepFeats;
   const auto t = feats.scalar_type();
-  return 6 * c10::elementSize(trilinear_derivatives_dtype(t)) < 8 * c10::elementSize(t);
+  return 6 * c10::elementSize(trilinear_derivatives_dtype(t)) < 8 * c10::elementSize(t)
+             ? kKeepDerivatives
+             : kKeepFeats;
 }
 
 at::Tensor trilinear_autograd(const at::Tensor& feats, const at::Tensor& points) {
-  const bool save_derivatives = trilinear_saves_derivatives(feats, points);
+  const int64_t keep = trilinear_keep(feats, points);
   // Bad arguments are reported under the name the caller used.
-  if (save_derivatives) check_trilinear<c10::SymInt>("trilinear_interpolation", feats, points);
-  return TrilinearFunction::apply(feats, points, save_derivatives);
+  if (keep == kKeepDerivatives) {
+    check_trilinear<c10::SymInt>("trilinear_interpolation", feats, points);
+  }
+  return TrilinearFunction::apply(feats, points, keep);
 }
 
 at::Tensor im2col_autograd(const at::Tensor& input, c10::IntArrayRef kernel_size,
@@ -352,6 +375,7 @@ TORCH_LIBRARY_IMPL(customconv, Autograd, m) {
                                kTrilinearWithDerivatives>(m);
   register_once_differentiable<&detail::trilinear_interpolation_backward_from_derivatives,
                                kTrilinearBackwardFromDerivatives>(m);
+  register_once_differentiable<&detail::trilinear_interpolation_grad_feats, kTrilinearGradFeats>(m);
 }
 
 }  // namespace customconv

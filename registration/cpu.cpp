@@ -98,6 +98,10 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_cpu(const at::Tensor& grad
   return trilinear_backward_impl(cpu_trilinear_kernels(), grad_output, feats, points);
 }
 
+at::Tensor trilinear_grad_feats_cpu(const at::Tensor& grad_output, const at::Tensor& points) {
+  return trilinear_grad_feats_impl(cpu_trilinear_kernels(), grad_output, points);
+}
+
 std::tuple<at::Tensor, at::Tensor> trilinear_with_derivatives_cpu(const at::Tensor& feats,
                                                                   const at::Tensor& points) {
   return trilinear_with_derivatives_impl(cpu_trilinear_kernels(), feats, points);
@@ -128,6 +132,7 @@ TORCH_LIBRARY_IMPL(customconv, CPU, m) {
   m.impl("trilinear_interpolation_with_derivatives", &trilinear_with_derivatives_cpu);
   m.impl("trilinear_interpolation_backward_from_derivatives",
          &trilinear_backward_from_derivatives_cpu);
+  m.impl("trilinear_interpolation_grad_feats", &trilinear_grad_feats_cpu);
   m.impl("im2col", &im2col_cpu_op);
   m.impl("col2im", &col2im_cpu_op);
 }

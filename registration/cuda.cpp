@@ -125,6 +125,11 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_cuda(const at::Tensor& gra
   return trilinear_backward_impl(cuda_trilinear_kernels(), grad_output, feats, points);
 }
 
+at::Tensor trilinear_grad_feats_cuda(const at::Tensor& grad_output, const at::Tensor& points) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(grad_output));
+  return trilinear_grad_feats_impl(cuda_trilinear_kernels(), grad_output, points);
+}
+
 std::tuple<at::Tensor, at::Tensor> trilinear_with_derivatives_cuda(const at::Tensor& feats,
                                                                    const at::Tensor& points) {
   const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(feats));
@@ -157,6 +162,7 @@ TORCH_LIBRARY_IMPL(customconv, CUDA, m) {
   m.impl("trilinear_interpolation_with_derivatives", &trilinear_with_derivatives_cuda);
   m.impl("trilinear_interpolation_backward_from_derivatives",
          &trilinear_backward_from_derivatives_cuda);
+  m.impl("trilinear_interpolation_grad_feats", &trilinear_grad_feats_cuda);
   m.impl("im2col", &im2col_cuda_op);
   m.impl("col2im", &col2im_cuda_op);
 }

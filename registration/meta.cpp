@@ -122,6 +122,12 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_meta(const at::Tensor& gra
           at::empty_symint(points.sym_sizes(), points.options())};
 }
 
+at::Tensor trilinear_grad_feats_meta(const at::Tensor& grad_output, const at::Tensor& points) {
+  check_trilinear_grad_feats<Sym>("trilinear_interpolation_grad_feats", grad_output, points);
+  return at::empty_symint({grad_output.sym_size(0), 8, grad_output.sym_size(1)},
+                          grad_output.options());
+}
+
 std::tuple<at::Tensor, at::Tensor> trilinear_with_derivatives_meta(const at::Tensor& feats,
                                                                    const at::Tensor& points) {
   check_trilinear<Sym>("trilinear_interpolation_with_derivatives", feats, points);
@@ -178,6 +184,7 @@ TORCH_LIBRARY_IMPL(customconv, Meta, m) {
   m.impl("trilinear_interpolation_with_derivatives", &trilinear_with_derivatives_meta);
   m.impl("trilinear_interpolation_backward_from_derivatives",
          &trilinear_backward_from_derivatives_meta);
+  m.impl("trilinear_interpolation_grad_feats", &trilinear_grad_feats_meta);
   m.impl("im2col", &im2col_meta);
   m.impl("col2im", &col2im_meta);
 }

@@ -138,6 +138,13 @@ std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_backward(const at::Te
   return op.call(grad_output, feats, points);
 }
 
+at::Tensor trilinear_interpolation_grad_feats(const at::Tensor& grad_output,
+                                              const at::Tensor& points) {
+  static const auto op = handle<at::Tensor(const at::Tensor&, const at::Tensor&)>(
+      "customconv::trilinear_interpolation_grad_feats");
+  return op.call(grad_output, points);
+}
+
 std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_with_derivatives(
     const at::Tensor& feats, const at::Tensor& points) {
   static const auto op = handle<TensorPair(const at::Tensor&, const at::Tensor&)>(

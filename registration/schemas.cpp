@@ -63,6 +63,9 @@ TORCH_LIBRARY(customconv, m) {
       "trilinear_interpolation_backward_from_derivatives(Tensor grad_output, Tensor derivatives, "
       "Tensor points) -> (Tensor, Tensor)",
       tags);
+  // The feats gradient alone, for points that need no gradient (feats is not
+  // needed for it).
+  m.def("trilinear_interpolation_grad_feats(Tensor grad_output, Tensor points) -> Tensor", tags);
   m.def("filter2d_grad_input(Tensor grad_output, Tensor kernel, str border) -> Tensor", tags);
   m.def(
       "filter2d_grad_kernel(Tensor grad_output, Tensor input, Tensor kernel, str border) -> Tensor",

@@ -97,6 +97,11 @@ CUSTOMCONV_API at::Tensor filter2d_grad_kernel(const at::Tensor& grad_output,
 CUSTOMCONV_API std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_backward(
     const at::Tensor& grad_output, const at::Tensor& feats, const at::Tensor& points);
 
+// grad_feats alone (points needing no gradient): weight_c(points[n]) *
+// grad_output[n, f] at [n, c, f].
+CUSTOMCONV_API at::Tensor trilinear_interpolation_grad_feats(const at::Tensor& grad_output,
+                                                             const at::Tensor& points);
+
 // (out, derivatives): the forward and d out[n, f] / d points[n, a] as
 // derivatives (N, 3, F), in float32 for 16-bit feats (else feats' dtype).
 CUSTOMCONV_API std::tuple<at::Tensor, at::Tensor> trilinear_interpolation_with_derivatives(

@@ -39,6 +39,22 @@ void check_trilinear_backward(const char* op, const at::Tensor& grad_output,
               dim_size<I>(feats, 0), ", ", dim_size<I>(feats, 2), ")");
 }
 
+// The arguments of trilinear_interpolation_grad_feats: grad_output (N, F) and
+// points (N, 3) of one dtype and device.
+template <class I>
+void check_trilinear_grad_feats(const char* op, const at::Tensor& grad_output,
+                                const at::Tensor& points) {
+  check_dims(op, "grad_output", grad_output, {2});
+  check_dims(op, "points", points, {2});
+  check_floating(op, "grad_output", grad_output);
+  check_same_dtype_device(op, "points", points, "grad_output", grad_output);
+  TORCH_CHECK(dim_size<I>(points, 1) == 3, op, ": points must be (N, 3); got shape ",
+              points.sym_sizes());
+  TORCH_CHECK(dim_size<I>(grad_output, 0) == dim_size<I>(points, 0), op, ": grad_output has ",
+              dim_size<I>(grad_output, 0), " rows but points has ", dim_size<I>(points, 0),
+              " points; N must match");
+}
+
 // The dtype of trilinear_interpolation_with_derivatives' derivatives for
 // feats of dtype t: the accumulation type (float32 for 16-bit feats).
 inline at::ScalarType trilinear_derivatives_dtype(at::ScalarType t) {

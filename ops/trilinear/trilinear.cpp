@@ -41,6 +41,17 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_from_derivatives_impl(
   return {grad_feats, grad_points};
 }
 
+at::Tensor trilinear_grad_feats_impl(const TrilinearKernels& kernels, const at::Tensor& grad_output,
+                                     const at::Tensor& points) {
+  check_trilinear_grad_feats<int64_t>("trilinear_interpolation_grad_feats", grad_output, points);
+  at::Tensor grad_feats =
+      at::empty({grad_output.size(0), 8, grad_output.size(1)}, grad_output.options());
+  if (grad_feats.numel() > 0) {
+    kernels.grad_feats(grad_output.contiguous(), points.contiguous(), grad_feats);
+  }
+  return grad_feats;
+}
+
 std::tuple<at::Tensor, at::Tensor> trilinear_backward_impl(const TrilinearKernels& kernels,
                                                            const at::Tensor& grad_output,
                                                            const at::Tensor& feats,

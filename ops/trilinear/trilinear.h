@@ -27,6 +27,10 @@ struct TrilinearKernels {
   void (*backward)(const at::Tensor& grad_out, const at::Tensor& source, bool from_derivatives,
                    const at::Tensor& points, const at::Tensor& grad_feats,
                    const at::Tensor& grad_points);
+  // grad_feats (N, 8, F) alone: grad_feats[n, c, f] = weight_c(points[n]) *
+  // grad_out[n, f] (no feats needed).
+  void (*grad_feats)(const at::Tensor& grad_out, const at::Tensor& points,
+                     const at::Tensor& grad_feats);
 };
 
 TrilinearKernels cpu_trilinear_kernels();
@@ -46,6 +50,10 @@ std::tuple<at::Tensor, at::Tensor> trilinear_with_derivatives_impl(const Triline
 std::tuple<at::Tensor, at::Tensor> trilinear_backward_from_derivatives_impl(
     const TrilinearKernels& kernels, const at::Tensor& grad_output, const at::Tensor& derivatives,
     const at::Tensor& points);
+
+// grad_feats alone, for points that need no gradient.
+at::Tensor trilinear_grad_feats_impl(const TrilinearKernels& kernels, const at::Tensor& grad_output,
+                                     const at::Tensor& points);
 
 std::tuple<at::Tensor, at::Tensor> trilinear_backward_impl(const TrilinearKernels& kernels,
                                                            const at::Tensor& grad_output,

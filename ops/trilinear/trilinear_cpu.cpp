@@ -96,6 +96,37 @@ void backward_points(const T* go, const T* feats, const at::opmath_type<T>* deri
   });
 }
 
+// Work split: one task per point; it writes the point's 8 rows of grad_feats.
+template <typename T>
+void grad_feats_points(const T* go, const T* points, T* grad_feats, int64_t n, int64_t f) {
+  using acc_t = at::opmath_type<T>;
+  at::parallel_for(0, n, grain_for(9 * f), [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      const T* pt = points + 3 * p;
+      const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
+      const T* g = go + p * f;
+      T* gf = grad_feats + p * 8 * f;
+      for (int c = 0; c < 8; ++c) {
+        for (int64_t x = 0; x < f; ++x) {
+          gf[c * f + x] = static_cast<T>(cw.weight[c] * static_cast<acc_t>(g[x]));
+        }
+      }
+    }
+  });
+}
+
+void grad_feats_cpu(const at::Tensor& grad_out, const at::Tensor& points,
+                    const at::Tensor& grad_feats) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_out.scalar_type(), "trilinear_interpolation_grad_feats_cpu",
+      [&] {
+        grad_feats_points<scalar_t>(grad_out.const_data_ptr<scalar_t>(),
+                                    points.const_data_ptr<scalar_t>(),
+                                    grad_feats.data_ptr<scalar_t>(), grad_feats.size(0),
+                                    grad_feats.size(2));
+      });
+}
+
 void forward_cpu(const at::Tensor& feats, const at::Tensor& points, const at::Tensor& out,
                  const at::Tensor& derivatives) {
   AT_DISPATCH_FLOATING_TYPES_AND2(
@@ -126,6 +157,6 @@ void backward_cpu(const at::Tensor& grad_out, const at::Tensor& source, bool fro
 
 }  // namespace
 
-TrilinearKernels cpu_trilinear_kernels() { return {&forward_cpu, &backward_cpu}; }
+TrilinearKernels cpu_trilinear_kernels() { return {&forward_cpu, &backward_cpu, &grad_feats_cpu}; }
 
 }  // namespace customconv

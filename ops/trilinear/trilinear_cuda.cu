@@ -106,6 +106,34 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// grad_feats alone: one thread per (point, pack of V features), neighbouring
+// threads on neighbouring packs; each thread reads its grad-output pack once
+// and writes it, scaled by the 8 corner weights, to the point's 8 rows
+// (coalesced along F). I as in forward_kernel.
+template <typename T, int V, typename I>
+__global__ void __launch_bounds__(kThreads)
+    grad_feats_kernel(const T* __restrict__ go, const T* __restrict__ points,
+                      T* __restrict__ grad_feats, I total, I f) {
+  using acc_t = at::opmath_type<T>;
+  using P = Pack<T, V>;
+  const I fv = f / V;
+  for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total;
+       idx += I(gridDim.x) * blockDim.x) {
+    const I p = idx / fv, x = idx % fv;
+    const T* pt = points + 3 * p;
+    const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
+    const P gp = reinterpret_cast<const P*>(go)[idx];
+    P* gf = reinterpret_cast<P*>(grad_feats + p * 8 * f) + x;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      P o;
+#pragma unroll
+      for (int e = 0; e < V; ++e) o.v[e] = static_cast<T>(cw.weight[c] * static_cast<acc_t>(gp.v[e]));
+      gf[c * fv] = o;
+    }
+  }
+}
+
 // d[a] of lane 0 of each group of `width` lanes (a power of two up to a warp)
 // becomes the sum over the group, by a fixed shuffle tree (deterministic).
 template <typename Acc>
@@ -552,8 +580,46 @@ void backward_cuda(const at::Tensor& grad_out, const at::Tensor& source, bool fr
       });
 }
 
+void grad_feats_cuda(const at::Tensor& grad_out, const at::Tensor& points,
+                     const at::Tensor& grad_feats) {
+  const c10::cuda::CUDAGuard guard(grad_out.device());
+  const int64_t f = grad_feats.size(2);
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_out.scalar_type(), "trilinear_interpolation_grad_feats_cuda",
+      [&] {
+        const scalar_t* gp = grad_out.const_data_ptr<scalar_t>();
+        const scalar_t* pp = points.const_data_ptr<scalar_t>();
+        scalar_t* gfp = grad_feats.data_ptr<scalar_t>();
+        auto launch = [&](auto v) {
+          constexpr int V = decltype(v)::value;
+          const int64_t total = grad_out.numel() / V;
+          const int64_t blocks = blocks_for(total, kThreads);
+          // 32-bit indices while grad_feats' elements and the grid-stride
+          // loop's last step stay under 2^31.
+          if (grad_feats.numel() < (int64_t{1} << 31) &&
+              total + blocks * kThreads < (int64_t{1} << 31)) {
+            grad_feats_kernel<scalar_t, V, uint32_t>
+                <<<blocks, kThreads, 0, stream>>>(gp, pp, gfp, uint32_t(total), uint32_t(f));
+          } else {
+            grad_feats_kernel<scalar_t, V, int64_t>
+                <<<blocks, kThreads, 0, stream>>>(gp, pp, gfp, total, f);
+          }
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        };
+        constexpr int kPack = 16 / sizeof(scalar_t) > 1 ? 16 / sizeof(scalar_t) : 1;
+        if (pack_for(f, sizeof(scalar_t), {gp, gfp}) == kPack) {
+          launch(std::integral_constant<int, kPack>{});
+        } else {
+          launch(std::integral_constant<int, 1>{});
+        }
+      });
+}
+
 }  // namespace
 
-TrilinearKernels cuda_trilinear_kernels() { return {&forward_cuda, &backward_cuda}; }
+TrilinearKernels cuda_trilinear_kernels() {
+  return {&forward_cuda, &backward_cuda, &grad_feats_cuda};
+}
 
 }  // namespace customconv

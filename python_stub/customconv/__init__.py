@@ -45,6 +45,7 @@ OPS = (
     "trilinear_interpolation_backward",
     "trilinear_interpolation_with_derivatives",
     "trilinear_interpolation_backward_from_derivatives",
+    "trilinear_interpolation_grad_feats",
 )
 
 

@@ -172,7 +172,8 @@ const char* const kDirectOps[] = {"customconv::depthwise_conv2d",
                                   "customconv::trilinear_interpolation",
                                   "customconv::trilinear_interpolation_backward",
                                   "customconv::trilinear_interpolation_with_derivatives",
-                                  "customconv::trilinear_interpolation_backward_from_derivatives"};
+                                  "customconv::trilinear_interpolation_backward_from_derivatives",
+                                  "customconv::trilinear_interpolation_grad_feats"};
 
 TEST(DirectOpRegistrationTest, PublicOpsHaveTheDocumentedSchemas) {
   EXPECT_EQ(schema_string("customconv::depthwise_conv2d"),
@@ -209,6 +210,9 @@ TEST(DirectOpRegistrationTest, BackwardOpsAreOpsOfTheirOwn) {
   EXPECT_EQ(schema_string("customconv::trilinear_interpolation_backward_from_derivatives"),
             "customconv::trilinear_interpolation_backward_from_derivatives(Tensor grad_output, "
             "Tensor derivatives, Tensor points) -> (Tensor, Tensor)");
+  EXPECT_EQ(schema_string("customconv::trilinear_interpolation_grad_feats"),
+            "customconv::trilinear_interpolation_grad_feats(Tensor grad_output, Tensor points) "
+            "-> Tensor");
 }
 
 TEST(DirectOpRegistrationTest, EveryOpHasCpuAutogradAndMetaKernels) {
@@ -1217,6 +1221,9 @@ TEST_P(TrilinearInterpolationTest, TrainingPairGivesTheBackwardOpsGradients) {
         customconv::detail::trilinear_interpolation_backward(go, feats, points);
     EXPECT_TRUE(close_to(gf, want_gf, kF64)) << "grad feats";
     EXPECT_TRUE(close_to(gp, want_gp, kF64)) << "grad points";
+    EXPECT_TRUE(close_to(customconv::detail::trilinear_interpolation_grad_feats(go, points),
+                         want_gf, kF64))
+        << "grad feats alone";
   }
 }
 

@@ -81,6 +81,10 @@ def trilinear_with_derivatives(device, feats=(4, 8, 5), points=(4, 3)):
     return ops.trilinear_interpolation_with_derivatives(t(device, *feats), t(device, *points))
 
 
+def trilinear_grad_feats(device, go=(4, 5), points=(4, 3), godt=F32):
+    return ops.trilinear_interpolation_grad_feats(t(device, *go, dtype=godt), t(device, *points))
+
+
 def trilinear_from_derivatives(device, go=(4, 5), deriv=(4, 3, 5), points=(4, 3), dt=F32,
                                ddt=F32):
     return ops.trilinear_interpolation_backward_from_derivatives(
@@ -527,6 +531,16 @@ CASES = {
         lambda d: trilinear_from_derivatives(d, go=(4, 6)),
         r"trilinear_interpolation_backward_from_derivatives: grad_output has shape \[4, 6\] but "
         r"the output is \(4, 5\)", True),
+    "trilinear_interpolation_grad_feats-n-mismatch": (
+        lambda d: trilinear_grad_feats(d, go=(5, 5)),
+        r"trilinear_interpolation_grad_feats: grad_output has 5 rows but points has 4 points", True),
+    "trilinear_interpolation_grad_feats-grad-output-float64": (
+        lambda d: trilinear_grad_feats(d, godt=F64),
+        r"trilinear_interpolation_grad_feats: points has dtype Float but grad_output has dtype "
+        r"Double", True),
+    "trilinear_interpolation_grad_feats-grad-output-3-dims": (
+        lambda d: trilinear_grad_feats(d, go=(4, 5, 1)),
+        r"trilinear_interpolation_grad_feats: grad_output must have 2 dims; got 3", True),
     "trilinear_interpolation_backward_from_derivatives-points-2-columns": (
         lambda d: trilinear_from_derivatives(d, points=(4, 2)),
         r"trilinear_interpolation_backward_from_derivatives: points must be \(N, 3\)", True),
@@ -635,6 +649,9 @@ MIXED_DEVICE_CASES = {
             t("cuda", 4, 5), t("cpu", 4, 3, 5), t("cuda", 4, 3)),
         r"trilinear_interpolation_backward_from_derivatives: derivatives is on cpu but "
         r"grad_output is on cuda:\d"),
+    "trilinear_interpolation_grad_feats-points-on-cpu": (
+        lambda: ops.trilinear_interpolation_grad_feats(t("cuda", 4, 5), t("cpu", 4, 3)),
+        r"trilinear_interpolation_grad_feats: points is on cpu but grad_output is on cuda:\d"),
 }
 
 

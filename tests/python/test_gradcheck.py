@@ -308,6 +308,8 @@ DIRECT_BACKWARD_OPS = {
     "trilinear_interpolation_backward_from_derivatives":
         lambda t: ops.trilinear_interpolation_backward_from_derivatives(
             t(4, 3), t(4, 3, 3), t(4, 3)),
+    "trilinear_interpolation_grad_feats":
+        lambda t: ops.trilinear_interpolation_grad_feats(t(4, 3), t(4, 3)),
 }
 
 

@@ -127,13 +127,19 @@ SAMPLES = {
         "trilinear_interpolation_backward_from_derivatives",
         lambda t: ((t((6, 5), "transposed"), t((6, 3, 5), "offset"), t((6, 3), "transposed")),
                    {})),
+    "trilinear_interpolation_grad_feats": ("trilinear_interpolation_grad_feats",
+                                           lambda t: ((t((5, 7)), t((5, 3))), {})),
+    "trilinear_interpolation_grad_feats-non-contiguous": (
+        "trilinear_interpolation_grad_feats",
+        lambda t: ((t((6, 5), "transposed"), t((6, 3), "sliced")), {})),
 }
 
 BACKWARD_OPS = {"conv2d_grad_input", "conv2d_grad_weight", "conv2d_grad_bias",
                 "depthwise_conv2d_grad_input", "depthwise_conv2d_grad_weight",
                 "depthwise_conv2d_grad_weight_bias", "filter2d_grad_input", "filter2d_grad_kernel", "trilinear_interpolation_backward",
                 "trilinear_interpolation_with_derivatives",
-                "trilinear_interpolation_backward_from_derivatives"}
+                "trilinear_interpolation_backward_from_derivatives",
+                "trilinear_interpolation_grad_feats"}
 
 
 def test_every_op_has_an_opcheck_sample():
@@ -173,7 +179,8 @@ def test_every_op_passes_opcheck(device, sample, requires_grad, gen):
                                     "depthwise_conv2d_grad_weight_bias-same-3x3",
                                     "filter2d-reflect-4d-channels_last", "filter2d_grad_input",
                                     "filter2d_grad_kernel", "trilinear_interpolation",
-                                    "trilinear_interpolation_backward"])
+                                    "trilinear_interpolation_backward",
+                                    "trilinear_interpolation_grad_feats"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_every_op_passes_opcheck_in_float32_and_half_precision(device, sample, gen):
     for dtype in (F32, low_precision(device)):

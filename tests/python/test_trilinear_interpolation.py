@@ -256,6 +256,23 @@ def test_trilinear_training_pair_called_directly_matches_the_formula(
                            name, ctx)
 
 
+# grad_feats alone, for points that need no gradient: weight_c(points) * grad_output.
+@pytest.mark.parametrize("layout", ["contiguous", "offset"])
+@pytest.mark.parametrize("features", [1, 7, 8, 33, 255, 256])
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+def test_trilinear_grad_feats_op_called_directly_matches_the_formula(
+        device, dtype, features, layout, rng, gen, seed):
+    cfg = random_trilinear_config(rng, n=max(3, 2048 // features) + 1, features=features,
+                                  grad_layout=layout, points="outside")
+    ctx = f"seed={seed} {device} {dtype} {cfg}"
+    feats, points = make_inputs(cfg, device, dtype, gen, need=())
+    go = make_tensor((cfg.n, features), dtype, device, cfg.grad_layout, gen)
+    want, bound = trilinear_reference(feats, points, go)["grad_feats"]
+    got = ops.trilinear_interpolation_grad_feats(go, points)
+    assert_matches(got.cpu(), want, bound, dtype, trilinear_reductions(features)["grad_feats"],
+                   "grad_feats", ctx)
+
+
 def saved_shapes(feats, points):
     """The shapes of the tensors autograd keeps for the backward of
     trilinear_interpolation(feats, points)."""
@@ -271,17 +288,18 @@ def saved_shapes(feats, points):
 
 
 @pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
-def test_trilinear_autograd_keeps_the_derivatives_only_where_they_move_fewer_bytes(
+def test_trilinear_autograd_keeps_only_what_its_backward_reads(
         device, dtype, gen):
     # On CUDA, float32 and float64 keep the (N, 3, F) derivatives (besides
     # references to feats and points) when points needs a gradient; 16-bit
-    # dtypes (float32 derivatives), a points without a gradient and the CPU
-    # (where writing fresh memory costs more) do not.
+    # dtypes (float32 derivatives) and the CPU (where writing fresh memory
+    # costs more) do not. A points without a gradient is all that is kept
+    # when only feats needs one.
     feats = make_tensor((5, 8, 6), dtype, device, gen=gen, requires_grad=True)
     points = make_tensor((5, 3), dtype, device, gen=gen, requires_grad=True)
     wide = device == "cuda" and dtype in (torch.float32, torch.float64)
     assert saved_shapes(feats, points) == [(5, 8, 6), (5, 3)] + ([(5, 3, 6)] if wide else [])
-    assert saved_shapes(feats, points.detach()) == [(5, 8, 6), (5, 3)]
+    assert saved_shapes(feats, points.detach()) == [(5, 3)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
