@@ -144,7 +144,8 @@ void backward_cpu(const at::Tensor& grad_out, const at::Tensor& source, bool fro
                   const at::Tensor& points, const at::Tensor& grad_feats,
                   const at::Tensor& grad_points) {
   AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, grad_out.scalar_type(), "trilinear_interpolation_backward_cpu", [&] {
+      at::kHalf, at::kBFloat16, grad_out.scalar_type(), "trilinear_interpolation_backward_cpu",
+      [&] {
         using acc_t = at::opmath_type<scalar_t>;
         backward_points<scalar_t>(
             grad_out.const_data_ptr<scalar_t>(),

@@ -62,6 +62,21 @@ __device__ inline void load_row(const A* __restrict__ src, A (&v)[V]) {
   }
 }
 
+// The grid-stride loop of the kernels with one thread per (point, pack of V
+// features): fn(idx, p, x, cw) for each of this thread's items idx = p * (f /
+// V) + x, cw the corner weights of point p.
+template <typename T, int V, typename I, typename Fn>
+__device__ __forceinline__ void for_each_point_pack(const T* __restrict__ points, I total, I f,
+                                                    Fn&& fn) {
+  const I fv = f / V;
+  for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total;
+       idx += I(gridDim.x) * blockDim.x) {
+    const I p = idx / fv, x = idx % fv;
+    const T* pt = points + 3 * p;
+    fn(idx, p, x, corner_weights<at::opmath_type<T>>(pt[0], pt[1], pt[2]));
+  }
+}
+
 // One thread per (point, pack of V features), neighbouring threads on
 // neighbouring packs: each corner row is read coalesced along F, 16 bytes per
 // access when V > 1. With kDerivatives the thread also writes the pack's
@@ -75,11 +90,7 @@ __global__ void __launch_bounds__(kThreads)
   using acc_t = at::opmath_type<T>;
   using P = Pack<T, V>;
   const I fv = f / V;
-  for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total;
-       idx += I(gridDim.x) * blockDim.x) {
-    const I p = idx / fv, x = idx % fv;
-    const T* pt = points + 3 * p;
-    const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
+  for_each_point_pack<T, V>(points, total, f, [&](I idx, I p, I x, const auto& cw) {
     const P* fp = reinterpret_cast<const P*>(feats + p * 8 * f) + x;
     acc_t acc[V] = {}, blend[3][V] = {};
 #pragma unroll
@@ -103,7 +114,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int a = 0; a < 3; ++a) store_row(deriv + (3 * p + a) * f + x * V, blend[a]);
     }
-  }
+  });
 }
 
 // grad_feats alone: one thread per (point, pack of V features), neighbouring
@@ -117,21 +128,19 @@ __global__ void __launch_bounds__(kThreads)
   using acc_t = at::opmath_type<T>;
   using P = Pack<T, V>;
   const I fv = f / V;
-  for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total;
-       idx += I(gridDim.x) * blockDim.x) {
-    const I p = idx / fv, x = idx % fv;
-    const T* pt = points + 3 * p;
-    const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
+  for_each_point_pack<T, V>(points, total, f, [&](I idx, I p, I x, const auto& cw) {
     const P gp = reinterpret_cast<const P*>(go)[idx];
     P* gf = reinterpret_cast<P*>(grad_feats + p * 8 * f) + x;
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
       P o;
 #pragma unroll
-      for (int e = 0; e < V; ++e) o.v[e] = static_cast<T>(cw.weight[c] * static_cast<acc_t>(gp.v[e]));
+      for (int e = 0; e < V; ++e) {
+        o.v[e] = static_cast<T>(cw.weight[c] * static_cast<acc_t>(gp.v[e]));
+      }
       gf[c * fv] = o;
     }
-  }
+  });
 }
 
 // d[a] of lane 0 of each group of `width` lanes (a power of two up to a warp)
