@@ -57,6 +57,17 @@ void forward_points(const T* feats, const T* points, T* out, at::opmath_type<T>*
   });
 }
 
+// One point's 8 rows of grad_feats: gf[c * f + x] = weight[c] * g[x].
+template <typename T, typename A>
+void write_grad_feats(const CornerWeights<A>& cw, const T* __restrict__ g, T* __restrict__ gf,
+                      int64_t f) {
+  for (int c = 0; c < 8; ++c) {
+    for (int64_t x = 0; x < f; ++x) {
+      gf[c * f + x] = static_cast<T>(cw.weight[c] * static_cast<A>(g[x]));
+    }
+  }
+}
+
 // Work split: one task per point; it writes the point's 8 rows of grad_feats
 // and sums its 3 point derivatives over F in order, blended from the 8 feats
 // rows (feats) or read from the forward's derivatives (deriv; feats null).
@@ -69,27 +80,20 @@ void backward_points(const T* go, const T* feats, const at::opmath_type<T>* deri
       const T* pt = points + 3 * p;
       const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
       const T* g = go + p * f;
-      T* gf = grad_feats + p * 8 * f;
+      write_grad_feats(cw, g, grad_feats + p * 8 * f, f);
       acc_t d[3] = {0, 0, 0};
-      if (feats != nullptr) {
-        const T* fp = feats + p * 8 * f;
-        for (int64_t x = 0; x < f; ++x) {
-          const acc_t gx = static_cast<acc_t>(g[x]);
-          acc_t blend[3] = {0, 0, 0};
+      for (int64_t x = 0; x < f; ++x) {
+        const acc_t gx = static_cast<acc_t>(g[x]);
+        acc_t blend[3] = {0, 0, 0};
+        if (feats != nullptr) {
           for (int c = 0; c < 8; ++c) {
-            const acc_t fv = static_cast<acc_t>(fp[c * f + x]);
-            gf[c * f + x] = static_cast<T>(cw.weight[c] * gx);
+            const acc_t fv = static_cast<acc_t>(feats[(p * 8 + c) * f + x]);
             for (int a = 0; a < 3; ++a) blend[a] += cw.d_point[a][c] * fv;
           }
-          for (int a = 0; a < 3; ++a) d[a] += gx * blend[a];
+        } else {
+          for (int a = 0; a < 3; ++a) blend[a] = deriv[(3 * p + a) * f + x];
         }
-      } else {
-        const acc_t* dp = deriv + 3 * p * f;
-        for (int64_t x = 0; x < f; ++x) {
-          const acc_t gx = static_cast<acc_t>(g[x]);
-          for (int c = 0; c < 8; ++c) gf[c * f + x] = static_cast<T>(cw.weight[c] * gx);
-          for (int a = 0; a < 3; ++a) d[a] += gx * dp[a * f + x];
-        }
+        for (int a = 0; a < 3; ++a) d[a] += gx * blend[a];
       }
       for (int a = 0; a < 3; ++a) grad_points[3 * p + a] = static_cast<T>(d[a]);
     }
@@ -103,14 +107,8 @@ void grad_feats_points(const T* go, const T* points, T* grad_feats, int64_t n, i
   at::parallel_for(0, n, grain_for(9 * f), [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       const T* pt = points + 3 * p;
-      const auto cw = corner_weights<acc_t>(pt[0], pt[1], pt[2]);
-      const T* g = go + p * f;
-      T* gf = grad_feats + p * 8 * f;
-      for (int c = 0; c < 8; ++c) {
-        for (int64_t x = 0; x < f; ++x) {
-          gf[c * f + x] = static_cast<T>(cw.weight[c] * static_cast<acc_t>(g[x]));
-        }
-      }
+      write_grad_feats(corner_weights<acc_t>(pt[0], pt[1], pt[2]), go + p * f,
+                       grad_feats + p * 8 * f, f);
     }
   });
 }

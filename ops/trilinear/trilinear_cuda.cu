@@ -484,6 +484,15 @@ void launch_staged_backward(const T* go, const T* feats, const at::opmath_type<T
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// Whether the one-thread-per-(point, pack) kernels can index with 32-bit
+// unsigned integers: the largest tensor they address has fewer than 2^31
+// elements, and so does the grid-stride loop's last step (below total +
+// blocks * kThreads).
+bool indices_fit_32(int64_t largest, int64_t total, int64_t blocks) {
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  return largest < kLimit && total + blocks * kThreads < kLimit;
+}
+
 // Features per access: 16 bytes' worth when F and every pointer allow it.
 int pack_for(int64_t f, int64_t elem_size, std::initializer_list<const void*> ptrs) {
   const int64_t v = 16 / elem_size;
@@ -518,11 +527,8 @@ void forward_cuda(const at::Tensor& feats, const at::Tensor& points, const at::T
           constexpr bool D = decltype(d)::value;
           const int64_t total = out.numel() / V;
           const int64_t blocks = blocks_for(total, kThreads);
-          // 32-bit indices while feats' elements (more than the derivatives')
-          // and the grid-stride loop's last step (below total + blocks *
-          // kThreads) stay under 2^31.
-          if (feats.numel() < (int64_t{1} << 31) &&
-              total + blocks * kThreads < (int64_t{1} << 31)) {
+          // feats has more elements than the derivatives.
+          if (indices_fit_32(feats.numel(), total, blocks)) {
             forward_kernel<scalar_t, V, uint32_t, D><<<blocks, kThreads, 0, stream>>>(
                 fp, pp, op, dp, uint32_t(total), uint32_t(f));
           } else {
@@ -604,10 +610,7 @@ void grad_feats_cuda(const at::Tensor& grad_out, const at::Tensor& points,
           constexpr int V = decltype(v)::value;
           const int64_t total = grad_out.numel() / V;
           const int64_t blocks = blocks_for(total, kThreads);
-          // 32-bit indices while grad_feats' elements and the grid-stride
-          // loop's last step stay under 2^31.
-          if (grad_feats.numel() < (int64_t{1} << 31) &&
-              total + blocks * kThreads < (int64_t{1} << 31)) {
+          if (indices_fit_32(grad_feats.numel(), total, blocks)) {
             grad_feats_kernel<scalar_t, V, uint32_t>
                 <<<blocks, kThreads, 0, stream>>>(gp, pp, gfp, uint32_t(total), uint32_t(f));
           } else {
