@@ -18,6 +18,7 @@
 
 #include "ops/common/async_copy.cuh"
 #include "ops/common/correlation_geometry.h"
+#include "ops/common/streamed_tile_correlation.h"
 #include "ops/common/tensor_core_correlation.cuh"
 
 namespace customconv {
@@ -562,6 +563,9 @@ void launch_blocked(const T* in, const T* weight, const T* bias, T* out,
   const bool fit8 = sizeof(T) == 2 && vectors_fit(8), fit4 = vectors_fit(4);
   if constexpr (S == 1) {
     if (launch_tensor_core_correlation<T, K>(in, weight, bias, out, g, stream)) return;
+    if constexpr (std::is_same_v<T, float> && K == 7) {
+      if (fit4 && launch_streamed_tile_correlation(in, weight, bias, out, g, stream)) return;
+    }
     if (fit4 && launch_staged_tile<T, K>(in, weight, bias, out, g, stream)) return;
     if (fit8 ? launch_shared_taps<T, K, 8, true>(in, weight, bias, out, g, stream)
              : fit4 ? launch_shared_taps<T, K, 4, true>(in, weight, bias, out, g, stream)

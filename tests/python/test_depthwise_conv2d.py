@@ -237,6 +237,25 @@ def test_depthwise_conv2d_matches_torch_on_edge_cases(device, dtype, case, rng, 
     run_depthwise_case(cfg, device, dtype, gen, ctx)
 
 
+@cuda
+@pytest.mark.parametrize("padding,multiplier", [((3, 3), 1), ((1, 3), 1), ((3, 3), 2)],
+                         ids=["same", "uneven_rows", "multiplier2"])
+def test_depthwise_conv2d_float32_7x7_on_many_tiles_matches_torch(padding, multiplier, rng, gen,
+                                                                  seed):
+    # Enough 64 x 128 tiles (3 x 3 per 136 x 260 plane, partial at the edges)
+    # for three per SM: float32 7x7 at stride 1 takes the streamed-tile CUDA
+    # kernel (blocks walk many tiles, changing channel; bias; uneven row
+    # padding; the input gradient with the taps rotated, and with a
+    # multiplier the forward reading channel oc / m).
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    channels = -(-3 * sms // (9 * multiplier))
+    cfg = random_depthwise_config(rng, kernel=(7, 7), padding=padding, size=(136, 260), batch=1,
+                                  channels=channels, multiplier=multiplier, bias=True,
+                                  **TENSOR_CORES)
+    ctx = f"seed={seed} {cfg}"
+    run_depthwise_case(cfg, "cuda", torch.float32, gen, ctx)
+
+
 @pytest.mark.parametrize("need", [("x",), ("w",), ("b",), ("x", "b"), ("w", "b"), ()])
 @pytest.mark.parametrize("device", DEVICES)
 def test_depthwise_conv2d_gradients_only_of_inputs_that_require_grad(device, need, rng, gen, seed):

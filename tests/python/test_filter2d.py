@@ -147,6 +147,25 @@ LARGE_CASES = {
 }
 
 
+def stack_for_streamed_tiles(tiles_per_plane):
+    """Planes enough that float32 7x7 on CUDA takes the streamed-tile kernel,
+    which needs at least three 64 x 128 tiles per SM."""
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return -(-3 * sms // tiles_per_plane)
+
+
+@cuda
+@pytest.mark.parametrize("border", ["zeros", "reflect"])
+def test_filter2d_float32_7x7_on_many_tiles_matches_torch(border, gen, seed):
+    # 136 x 260 planes hold 3 x 3 tiles (partial at the right and bottom);
+    # with the zero border the forward and the adjoint take the streamed-tile
+    # kernel (the TMA unit zero-fills outside the plane), each block walking
+    # several tiles; reflect takes the other kernels, for comparison.
+    cfg = FilterConfig(lead=(stack_for_streamed_tiles(9),), size=(136, 260), kernel=(7, 7),
+                       border=border)
+    run_filter2d_case(cfg, "cuda", torch.float32, gen, f"seed={seed} {cfg}")
+
+
 @pytest.mark.parametrize("border", BORDERS)
 @pytest.mark.parametrize("case", sorted(LARGE_CASES))
 @pytest.mark.parametrize("device", DEVICES)
