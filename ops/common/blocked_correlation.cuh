@@ -279,6 +279,31 @@ __device__ __forceinline__ void accumulate_input_row(const float* taps, int r,
   }
 }
 
+// The R x V sums of a thread at stride 1 from its window of R + K - 1 input
+// rows staged in shared memory (row pitch kPitch floats; `rows` points at
+// the column 4 left of the thread's first output, so each row is whole
+// 16-byte reads with no border tests) and taps staged as K rows of
+// kTapStride<K> floats; the sums in the order of the kernels above.
+template <int K, int R, int V, int kPitch>
+__device__ __forceinline__ void correlate_shared_window(const float* rows, const float* taps,
+                                                        float (&acc)[R][V]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[i][v] = 0.f;
+  }
+#pragma unroll
+  for (int r = 0; r < R + K - 1; ++r) {
+    float vals[V + 8];
+#pragma unroll
+    for (int q = 0; q < (V + 8) / 4; ++q) {
+      const float4 t = *reinterpret_cast<const float4*>(rows + r * kPitch + 4 * q);
+      vals[4 * q] = t.x, vals[4 * q + 1] = t.y, vals[4 * q + 2] = t.z, vals[4 * q + 3] = t.w;
+    }
+    accumulate_input_row<K, R, V, 4 - (K - 1) / 2>(taps, r, vals, acc);
+  }
+}
+
 // The blocked correlation at stride 1 with one weight row per output plane
 // (fan 1), taps in shared memory. Threads map to R x V output blocks as in
 // blocked_correlation_kernel. The block first stages, as float, the taps of
@@ -474,22 +499,8 @@ __global__ void __launch_bounds__(kBlockedThreads, kMinBlocks)
   const int x0 = tile_x0 + V * lx, y0 = tile_y0 + R * ly;
   if (x0 >= g.ow || y0 >= g.oh) return;
   float acc[R][V];
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-#pragma unroll
-    for (int v = 0; v < V; ++v) acc[i][v] = 0.f;
-  }
   const float* rows = window + R * ly * Tile::kPitch + V * lx;  // column x0 - 4
-#pragma unroll
-  for (int r = 0; r < R + K - 1; ++r) {
-    float vals[V + 8];
-#pragma unroll
-    for (int q = 0; q < (V + 8) / 4; ++q) {
-      const float4 t = *reinterpret_cast<const float4*>(rows + r * Tile::kPitch + 4 * q);
-      vals[4 * q] = t.x, vals[4 * q + 1] = t.y, vals[4 * q + 2] = t.z, vals[4 * q + 3] = t.w;
-    }
-    accumulate_input_row<K, R, V, 4 - (K - 1) / 2>(taps, r, vals, acc);
-  }
+  correlate_shared_window<K, R, V, Tile::kPitch>(rows, taps, acc);
   store_blocked_outputs<float, float, R, V, true>(acc, bias, oc,
                                                   out + int64_t(plane) * g.oh * g.ow, y0, x0, g);
 }

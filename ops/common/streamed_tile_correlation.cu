@@ -172,21 +172,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float* taps = reinterpret_cast<const float*>(slot + round_up_128(kWindowBytes));
     barrier_wait(&full[s], (k / kSlots) & 1);
     float acc[R][V];
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-#pragma unroll
-      for (int v = 0; v < V; ++v) acc[i][v] = 0.f;
-    }
-#pragma unroll
-    for (int r = 0; r < R + K - 1; ++r) {
-      float vals[V + 8];
-#pragma unroll
-      for (int q = 0; q < (V + 8) / 4; ++q) {
-        const float4 f = *reinterpret_cast<const float4*>(rows + r * kWindowCols + 4 * q);
-        vals[4 * q] = f.x, vals[4 * q + 1] = f.y, vals[4 * q + 2] = f.z, vals[4 * q + 3] = f.w;
-      }
-      accumulate_input_row<K, R, V, 4 - (K - 1) / 2>(taps, r, vals, acc);
-    }
+    correlate_shared_window<K, R, V, kWindowCols>(rows, taps, acc);
     __syncwarp();
     if (lane == 0) barrier_arrive(&empty[s]);  // the slot is free for tile k + kSlots
     const int x0 = tile.x0 + V * lx, y0 = tile.y0 + R * ly;

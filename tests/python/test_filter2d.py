@@ -299,3 +299,22 @@ def test_filter2d_captures_into_a_cuda_graph_and_replays_with_new_inputs(gen):
     for i, (got, name) in enumerate(zip(results, ("output", "grad_input", "grad_kernel"))):
         torch.testing.assert_close(got.cpu(), ref[name][0], rtol=1e-10, atol=1e-10,
                                    msg=lambda m: f"result {i}: {m}")
+
+
+@cuda
+def test_filter2d_float32_7x7_on_many_tiles_captures_into_a_cuda_graph(gen):
+    # The streamed-tile kernel's tensor map (built on the host at capture) names
+    # the captured input, so a replay filters whatever that buffer then holds.
+    lead = stack_for_streamed_tiles(9)
+    x = make_tensor((lead, 136, 260), torch.float32, "cuda", gen=gen)
+    k = make_tensor((7, 7), torch.float32, "cuda", gen=gen)
+    go = make_tensor((lead, 136, 260), torch.float32, "cuda", gen=gen)
+
+    def step():
+        return ops.filter2d(x, k, "zeros"), ops.filter2d_grad_input(go, k, "zeros")
+
+    (out, grad_in), _graph = capture_and_replay(step, (x, k, go), gen)
+    torch.testing.assert_close(out, ops.filter2d(x, k, "zeros"), rtol=0, atol=0)
+    torch.testing.assert_close(grad_in, ops.filter2d_grad_input(go, k, "zeros"), rtol=0, atol=0)
+    want = filter2d_torch(f64(x), f64(k), "zeros")
+    torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-4)
