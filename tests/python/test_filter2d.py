@@ -317,4 +317,4 @@ def test_filter2d_float32_7x7_on_many_tiles_captures_into_a_cuda_graph(gen):
     torch.testing.assert_close(out, ops.filter2d(x, k, "zeros"), rtol=0, atol=0)
     torch.testing.assert_close(grad_in, ops.filter2d_grad_input(go, k, "zeros"), rtol=0, atol=0)
     want = filter2d_torch(f64(x), f64(k), "zeros")
-    torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out.double().cpu(), want.cpu(), rtol=1e-4, atol=1e-4)

@@ -155,6 +155,22 @@ def test_every_op_runs_on_the_second_gpu_while_the_first_is_current(op, gen):
 
 
 @two_gpus
+def test_streamed_tile_kernel_runs_on_the_second_gpu_while_the_first_is_current(gen):
+    # Float32 7x7 over at least three 64 x 128 tiles per SM takes the
+    # streamed-tile kernel, whose set-up (binary check, shared-memory limit)
+    # is per device: here it happens with cuda:0 current and the data on cuda:1.
+    torch.cuda.set_device(0)
+    sms = torch.cuda.get_device_properties(1).multi_processor_count
+    x = make_tensor((-(-3 * sms // 9), 136, 260), F32, "cuda:1", gen=gen)
+    k = make_tensor((7, 7), F32, "cuda:1", gen=gen)
+    out = ops.filter2d(x, k, "zeros")
+    torch.cuda.synchronize(1)
+    assert torch.cuda.current_device() == 0 and out.device == torch.device("cuda:1")
+    want = F.conv2d(x.double()[:, None], k.double()[None, None], padding=3)[:, 0]
+    torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-4)
+
+
+@two_gpus
 @pytest.mark.parametrize("op", sorted(o for o in OPS if o not in ("im2col", "col2im")))
 def test_tensors_on_two_gpus_are_a_clear_error(op, gen):
     fn, inputs = OPS[op]("cuda:1", F32, gen)
