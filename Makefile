@@ -26,9 +26,11 @@ deps:
 	@# torchvision of the installed torch's release (torch 2.M pairs with torchvision 0.(M+15)), so pip keeps that torch.
 	@$(PYTHON) -c "import torchvision" 2>/dev/null || $(PYTHON) -m pip install \
 	  "torchvision==0.$$($(PYTHON) -c 'import torch; print(int(torch.__version__.split(".")[1]) + 15)').*"
-	@command -v cmake >/dev/null && command -v ninja >/dev/null && test -f /usr/include/gtest/gtest.h || \
+	@# ccache: the pip test's wheel build reuses the main build's objects through it.
+	@command -v cmake >/dev/null && command -v ninja >/dev/null && command -v ccache >/dev/null && \
+	  test -f /usr/include/gtest/gtest.h || \
 	  { command -v apt-get >/dev/null && (apt-get update -qq && apt-get install -y -qq cmake ninja-build libgtest-dev ccache) || \
-	    echo "warning: install cmake, ninja and GoogleTest (libgtest-dev) with your package manager"; }
+	    echo "warning: install cmake, ninja, ccache and GoogleTest (libgtest-dev) with your package manager"; }
 
 configure: deps
 	cmake -S . -B $(BUILD_DIR) $(GENERATOR) -DCUSTOMCONV_PYTHON=$(PYTHON) $(CMAKE_ARGS)

@@ -59,8 +59,12 @@ Filter2dShape check_filter2d(const char* op, const at::Tensor& input, const at::
   return s;
 }
 
-// The arguments of filter2d_grad_kernel: filter2d's, and a grad_output of the
-// input's shape, dtype and device.
+// Taps the kernel gradient takes at most (kh * kw), on every device: the CUDA
+// kernels give each tap a grid row, and grids have at most 65535 rows.
+constexpr int64_t kMaxGradKernelTaps = 65535;
+
+// The arguments of filter2d_grad_kernel: filter2d's, a grad_output of the
+// input's shape, dtype and device, and at most kMaxGradKernelTaps taps.
 template <class I>
 Filter2dShape check_filter2d_grad_kernel(const char* op, const at::Tensor& grad_output,
                                          const at::Tensor& input, const at::Tensor& kernel,
@@ -69,6 +73,9 @@ Filter2dShape check_filter2d_grad_kernel(const char* op, const at::Tensor& grad_
   check_same_dtype_device(op, "grad_output", grad_output, "input", input);
   TORCH_CHECK(grad_output.sym_sizes() == input.sym_sizes(), op, ": grad_output has shape ",
               grad_output.sym_sizes(), " but input has shape ", input.sym_sizes());
+  TORCH_CHECK(s.kh * s.kw <= kMaxGradKernelTaps, op, ": kernel of ", s.kh, " x ", s.kw, " = ",
+              s.kh * s.kw, " taps; the kernel gradient supports at most ", kMaxGradKernelTaps,
+              " taps");
   return s;
 }
 

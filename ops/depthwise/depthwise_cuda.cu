@@ -7,12 +7,12 @@
 
 #include <algorithm>
 
-#include "ops/common/blocked_correlation.cuh"
-#include "ops/common/blocked_transposed_correlation.cuh"
-#include "ops/common/blocked_weight_grad.cuh"
+#include "ops/correlation/blocked_correlation.cuh"
+#include "ops/correlation/blocked_transposed_correlation.cuh"
+#include "ops/correlation/blocked_weight_grad.cuh"
 #include "ops/common/launch.h"
-#include "ops/common/plane_correlation.cuh"
-#include "ops/common/plane_weight_grad.cuh"
+#include "ops/correlation/plane_correlation.cuh"
+#include "ops/correlation/plane_weight_grad.cuh"
 #include "ops/depthwise/depthwise.h"
 
 namespace customconv {

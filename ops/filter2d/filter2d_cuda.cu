@@ -7,10 +7,10 @@
 
 #include <algorithm>
 
-#include "ops/common/blocked_correlation.cuh"
+#include "ops/correlation/blocked_correlation.cuh"
 #include "ops/common/launch.h"
-#include "ops/common/plane_correlation.cuh"
-#include "ops/common/plane_weight_grad.cuh"
+#include "ops/correlation/plane_correlation.cuh"
+#include "ops/correlation/plane_weight_grad.cuh"
 #include "ops/filter2d/adjoint.h"
 #include "ops/filter2d/border.h"
 #include "ops/filter2d/filter2d.h"
@@ -278,8 +278,6 @@ void grad_kernel_cuda(const at::Tensor& grad_out, const at::Tensor& planes,
   const int64_t h = planes.size(1), w = planes.size(2);
   const int64_t total_rows = planes.size(0) * h;
   const int64_t taps = s.kh * s.kw;
-  TORCH_CHECK(taps <= 65535,
-              "filter2d_grad_kernel: kernels of more than 65535 taps are not supported");
   // About 64K samples per block, at most 256 chunks per tap.
   const int64_t chunks =
       std::clamp<int64_t>(total_rows * w / 65536, 1, std::min<int64_t>(256, total_rows));

@@ -457,6 +457,10 @@ CASES = {
         lambda d: ops.filter2d_grad_kernel(t(d, 2, 5, 6, dtype=F64), t(d, 2, 5, 6), t(d, 3, 3),
                                            "zeros"),
         r"filter2d_grad_kernel: grad_output has dtype Double but input has dtype Float", True),
+    "filter2d_grad_kernel-more-than-65535-taps": (
+        lambda d: ops.filter2d_grad_kernel(t(d, 1, 3, 4), t(d, 1, 3, 4), t(d, 257, 257), "zeros"),
+        r"filter2d_grad_kernel: kernel of 257 x 257 = 66049 taps; the kernel gradient supports at "
+        r"most 65535 taps", True),
     "filter2d_grad_kernel-circular-plane-too-small": (
         lambda d: ops.filter2d_grad_kernel(t(d, 2, 1, 6), t(d, 2, 1, 6), t(d, 5, 3), "circular"),
         r"filter2d_grad_kernel: border 'circular' needs the padding \(2, 1\)", True),

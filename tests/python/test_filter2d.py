@@ -198,6 +198,24 @@ def test_filter2d_backward_ops_called_directly_match_torch(device, border, rng, 
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_filter2d_kernel_gradient_takes_65535_taps_and_refuses_more(device, gen):
+    # The limit is checked with the other filter2d checks, so every device (and
+    # the meta kernel) reports it alike; 257 x 255 is the largest odd kernel under it.
+    x = make_tensor((1, 3, 4), torch.float64, device, gen=gen)
+    go = make_tensor((1, 3, 4), torch.float64, device, gen=gen)
+    k = make_tensor((257, 255), torch.float64, device, gen=gen)
+    cfg = FilterConfig(size=(3, 4), kernel=(257, 255), border="zeros", lead=(1,))
+    want = filter2d_reference(cfg, x, k, go)["grad_kernel"][0]
+    torch.testing.assert_close(ops.filter2d_grad_kernel(go, x, k, "zeros").cpu(), want,
+                               rtol=1e-10, atol=1e-10)
+    big = make_tensor((257, 257), torch.float64, device, gen=gen)
+    for d in (device, "meta"):
+        with pytest.raises(RuntimeError, match=r"66049 taps; the kernel gradient supports at most "
+                                               r"65535 taps"):
+            ops.filter2d_grad_kernel(go.to(d), x.to(d), big.to(d), "zeros")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_filter2d_border_defaults_to_zeros(device, gen):
     x = make_tensor((2, 5, 6), torch.float64, device, gen=gen)
     k = make_tensor((3, 5), torch.float64, device, gen=gen)

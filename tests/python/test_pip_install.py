@@ -2,10 +2,15 @@
 installed torch and gives a package with libcustomconv.so inside, which
 imports from any directory, with the CMake project's version.
 
-The wheel is built here without CUDA (-C cmake.define.CUSTOMCONV_CUDA=OFF, to
-keep the test short) and without build isolation (against this torch); nothing
-is downloaded (--no-index). Its build folder is kept next to the library the
-other tests use, so a second run only rebuilds what changed."""
+The wheel is built without build isolation (against this torch), with nothing
+downloaded (--no-index), and with the CMake options of the build that ctest
+runs in (CUSTOMCONV_TEST_CUDA, CUSTOMCONV_TEST_CUDA_ARCHS and its C++
+compiler CUSTOMCONV_TEST_CXX, set by tests/CMakeLists.txt: pip's environment
+may name another one, g++ for c++). Its compile commands are then those of that build, so
+where ccache is installed (`make deps` installs it) every object comes from
+the cache that build filled and only the link runs; without ccache the wheel
+compiles the library once more. Its build folder is kept next to the library
+the other tests use, so a second run only rebuilds what changed."""
 
 import os
 import subprocess
@@ -43,8 +48,13 @@ def test_wheel_holds_the_library_and_imports_from_any_directory(tmp_path):
     pytest.importorskip("scikit_build_core", reason="pip install scikit-build-core (make deps)")
     build_dir = Path(os.environ.get("CUSTOMCONV_LIBRARY", customconv.LIBRARY_PATH)).parent / "pip-test"
     wheel_dir = tmp_path / "wheel"
+    defines = [f"cmake.define.CUSTOMCONV_CUDA={os.environ.get('CUSTOMCONV_TEST_CUDA', 'OFF')}"]
+    for var, define in (("CUSTOMCONV_TEST_CUDA_ARCHS", "CUSTOMCONV_CUDA_ARCHS"),
+                        ("CUSTOMCONV_TEST_CXX", "CMAKE_CXX_COMPILER")):
+        if os.environ.get(var):
+            defines.append(f"cmake.define.{define}={os.environ[var]}")
     pip("wheel", ".", "--no-build-isolation", "-w", str(wheel_dir),
-        "-C", "cmake.define.CUSTOMCONV_CUDA=OFF", "-C", f"build-dir={build_dir}", cwd=REPO)
+        *(arg for d in defines for arg in ("-C", d)), "-C", f"build-dir={build_dir}", cwd=REPO)
     (wheel,) = wheel_dir.glob("customconv-*.whl")
     assert wheel.name.startswith(f"customconv-{customconv.__version__}-py3-none-")
     names = zipfile.ZipFile(wheel).namelist()

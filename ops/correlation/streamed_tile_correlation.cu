@@ -12,7 +12,7 @@
 // outside the plane), while its first eight warps (the consumers) compute the
 // current tile. Full and empty barriers (mbarrier) hand each slot back and
 // forth, so loads stay in flight while the multiply-adds run.
-#include "ops/common/streamed_tile_correlation.h"
+#include "ops/correlation/streamed_tile_correlation.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -21,10 +21,10 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
-#include "ops/common/blocked_correlation.cuh"
+#include "ops/common/kernel_fit.h"
+#include "ops/correlation/blocked_correlation.cuh"
 
 namespace customconv {
 namespace streamed_tile_detail {
@@ -185,28 +185,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// Per device: 0 not yet known, 1 the kernel runs there, 2 it does not.
-std::atomic<int> device_state[64];
-
-bool kernel_runs_on(int device) {
-  if (device < 0 || device >= 64) return false;
-  if (device_state[device].load() == 0) {
-    cudaFuncAttributes attr{};
-    int major = 0;
-    // The binary the device runs must come from code built for 9.0 or newer
-    // (older builds compile the kernel empty).
-    bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
-                  cudaSuccess &&
-              major >= 9 &&
-              cudaFuncGetAttributes(&attr, streamed_tile_correlation_kernel) == cudaSuccess &&
-              attr.binaryVersion >= 90 && attr.ptxVersion >= 90 &&
-              cudaFuncSetAttribute(streamed_tile_correlation_kernel,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(kSharedBytes)) == cudaSuccess;
-    (void)cudaGetLastError();
-    device_state[device].store(ok ? 1 : 2);
-  }
-  return device_state[device].load() == 1;
+// Whether the kernel runs on `device` with its shared memory: compute
+// capability 9.0 or newer, and a binary built for it (older builds compile the
+// kernel empty).
+const KernelFit& fit_on(int device) {
+  static CachedKernelFit fit(reinterpret_cast<const void*>(&streamed_tile_correlation_kernel),
+                             KernelNeeds{90, kThreads, kSharedBytes});
+  return fit.on(device);
 }
 
 // cuTensorMapEncodeTiled from the driver the runtime uses (null where the
@@ -241,15 +226,15 @@ bool launch_streamed_tile_correlation(const float* in, const float* weight, cons
   const int64_t tiles_y = (g.oh + kTileRows - 1) / kTileRows;
   const int64_t total = tiles_x * tiles_y * g.planes;
   if (total >= (int64_t{1} << 31)) return false;
-  const int device = c10::cuda::current_device();
-  if (!kernel_runs_on(device)) return false;
+  const KernelFit& fit = fit_on(c10::cuda::current_device());
+  if (!fit) return false;
   const auto encode = encode_tiled();
   if (encode == nullptr) return false;
   // With fewer than three tiles per SM the blocks' first loads and last
   // multiply-adds do not overlap anything, and the staged-tile kernel (three
   // blocks per SM, each its own tile) was as fast or faster (H100 and H200:
   // 3 planes of 1000 x 1004, 384 tiles, 4-10% faster; 2048^2, 512 tiles, even).
-  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int sms = fit.sms;
   if (total < 3 * int64_t(sms)) return false;
 
   // The input planes as a (planes, h, w) tensor for the TMA unit.

@@ -29,12 +29,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
 #include "ops/common/async_copy.cuh"
-#include "ops/common/correlation_geometry.h"
+#include "ops/common/kernel_fit.h"
+#include "ops/correlation/correlation_geometry.h"
 
 namespace customconv {
 
@@ -368,15 +368,11 @@ bool launch_tensor_core_variant(const T* in, const T* weight, const T* bias, T* 
   const auto kernel = tensor_core_correlation_kernel<T, K, kWarps, kGroups,
                                                      kTensorCoreMinBlocks<kGroups>>;
   constexpr size_t kShared = size_t(2) * 2 * (16 * kWarps + K - 1) * kTensorCorePitch<kGroups>;
-  static std::atomic<int> resident[64];
-  if (resident[device].load() == 0) {
-    int per_sm = 0, sms = 0;
-    C10_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kWarps, kShared));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    resident[device].store(std::max(1, per_sm * sms));
-  }
-  const int blocks = static_cast<int>(std::min<int64_t>(total, resident[device].load()));
+  static CachedKernelFit fit(reinterpret_cast<const void*>(kernel),
+                             KernelNeeds{80, 32 * kWarps, kShared});
+  const KernelFit& on_device = fit.on(device);
+  if (!on_device) return false;
+  const int blocks = static_cast<int>(std::min<int64_t>(total, on_device.resident_blocks()));
   kernel<<<blocks, 32 * kWarps, kShared, stream>>>(in, weight, bias, out, g, tiling,
                                                     static_cast<int>(total));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -413,21 +409,7 @@ bool launch_tensor_core_correlation(const T* in, const T* weight, const T* bias,
     // 32 x 32 (25%) 0.65x; 16 x 16 ran 3 to 5 times slower.
     if (K == 3 && g.ow < 1024) return false;
     if (2 * int64_t(g.oh) * g.ow < row_tiles * kTileRows * round_up(g.ow, tile_cols)) return false;
-    // Whether the binary the device runs was built for compute capability
-    // 8.0 or newer, found once per device (0: not yet known, 1: yes, 2: no).
-    static std::atomic<int> binary_ok[64];
     const int device = c10::cuda::current_device();
-    if (device >= 64) return false;
-    if (binary_ok[device].load() == 0) {
-      cudaFuncAttributes attr{};
-      const auto kernel =
-          tensor_core_correlation_kernel<T, K, kTensorCoreWarps, 8, kTensorCoreMinBlocks<8>>;
-      const bool ok = cudaFuncGetAttributes(&attr, kernel) == cudaSuccess &&
-                      attr.binaryVersion >= 80 && attr.ptxVersion >= 80;
-      (void)cudaGetLastError();
-      binary_ok[device].store(ok ? 1 : 2);
-    }
-    if (binary_ok[device].load() != 1) return false;
     return narrow ? launch_tensor_core_variant<T, K, 4>(in, weight, bias, out, g, device, stream)
                   : launch_tensor_core_variant<T, K, 8>(in, weight, bias, out, g, device, stream);
   }

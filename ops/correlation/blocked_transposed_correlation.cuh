@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "ops/common/blocked_correlation.cuh"
+#include "ops/correlation/blocked_correlation.cuh"
 
 namespace customconv {
 

@@ -17,9 +17,9 @@
 #include <type_traits>
 
 #include "ops/common/async_copy.cuh"
-#include "ops/common/correlation_geometry.h"
-#include "ops/common/streamed_tile_correlation.h"
-#include "ops/common/tensor_core_correlation.cuh"
+#include "ops/correlation/correlation_geometry.h"
+#include "ops/correlation/streamed_tile_correlation.h"
+#include "ops/correlation/tensor_core_correlation.cuh"
 
 namespace customconv {
 

@@ -14,8 +14,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "ops/common/blocked_correlation.cuh"
-#include "ops/common/plane_weight_grad.cuh"
+#include "ops/correlation/blocked_correlation.cuh"
+#include "ops/correlation/plane_weight_grad.cuh"
 
 namespace customconv {
 

@@ -8,17 +8,19 @@
 // into different accumulators. Per tap column a lane reads kRows + KH - 1
 // samples and KH / 4 broadcast tap vectors for kRows * KH multiply-adds, with
 // no tests: the staged window holds zeros outside the plane.
-#include "ops/common/large_kernel_correlation.h"
+#include "ops/correlation/large_kernel_correlation.h"
 
 #include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
 #include <algorithm>
 #include <type_traits>
 
-#include "ops/common/plane_correlation.cuh"
+#include "ops/common/kernel_fit.h"
+#include "ops/correlation/plane_correlation.cuh"
 
 namespace customconv {
 namespace large_kernel_detail {
@@ -246,16 +248,22 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 }
 
+// Launches the kernel; false, launching nothing, when its shared memory is
+// beyond the default 48 KiB and the device cannot give a block kMaxSharedBytes
+// (the kernel's limit is raised to that once per device, for every plan).
 template <typename T, int KH>
-void launch(const T* in, const T* weight, const T* bias, T* out, const PlaneCorrelation& g,
+bool launch(const T* in, const T* weight, const T* bias, T* out, const PlaneCorrelation& g,
             const Tile& t, dim3 grid, cudaStream_t stream) {
   const auto kernel = large_kernel_correlation_kernel<T, KH>;
+  const int threads = 32 * t.wx * t.wy * t.wz;
   if (t.shared_bytes > 48 * 1024) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        t.shared_bytes));
+    static CachedKernelFit fit(reinterpret_cast<const void*>(kernel),
+                               KernelNeeds{0, 1, size_t(kMaxSharedBytes)});
+    if (!fit.on(c10::cuda::current_device())) return false;
   }
-  kernel<<<grid, 32 * t.wx * t.wy * t.wz, t.shared_bytes, stream>>>(in, weight, bias, out, g, t);
+  kernel<<<grid, threads, t.shared_bytes, stream>>>(in, weight, bias, out, g, t);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
 }
 
 // Launches the instantiation for KH == kh among the odd KH >= K.
@@ -265,7 +273,7 @@ bool launch_for(int kh, const T* in, const T* weight, const T* bias, T* out,
   if constexpr (K > kMaxTapRows) {
     return false;
   } else {
-    if (kh == K) return launch<T, K>(in, weight, bias, out, g, t, grid, stream), true;
+    if (kh == K) return launch<T, K>(in, weight, bias, out, g, t, grid, stream);
     return launch_for<T, K + 2>(kh, in, weight, bias, out, g, t, grid, stream);
   }
 }

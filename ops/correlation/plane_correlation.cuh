@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "ops/common/large_kernel_correlation.h"
+#include "ops/correlation/large_kernel_correlation.h"
 
 namespace customconv {
 

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "ops/common/plane_correlation.cuh"
+#include "ops/correlation/plane_correlation.cuh"
 
 namespace customconv {
 

@@ -1,0 +1,61 @@
+// Serving requests as an inference server would: the untimed warm-up request,
+// the reference outputs, and N requests on several threads at once.
+#pragma once
+
+#include <torch/script.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compare.h"
+#include "model.h"
+#include "options.h"
+
+namespace customconv_demo {
+
+// What the threads share; the model is only read (TorchScript modules and
+// AOTInductor packages may run concurrently).
+struct Server {
+  Model& model;
+  const std::vector<torch::IValue>& inputs;
+  const std::vector<torch::Tensor>& expected;
+  torch::Device device;
+  Tolerance tolerance;
+  int64_t iters;
+  std::atomic<int64_t> next_request{0};
+  std::atomic<bool> stop{false};  // set when a thread fails
+};
+
+// What one thread saw.
+struct ThreadReport {
+  std::vector<double> latencies_ms;
+  int64_t checked = 0;
+  int64_t mismatches = 0;
+  double max_abs_error = 0;
+  std::string first_mismatch;
+  std::string error;  // the exception that stopped the thread
+};
+
+void record_comparison(const Comparison& comparison, const std::string& request,
+                       ThreadReport& report);
+
+struct ServingResult {
+  std::vector<ThreadReport> reports;  // one per thread
+  double wall_seconds = 0;
+};
+
+// Serves all requests on `threads` threads at once.
+ServingResult serve_concurrently(Server& server, int64_t threads);
+
+// The untimed first request, on this thread: its output is the reference when
+// there is no expected file, and it is checked like the others when there is.
+torch::IValue warm_up(Model& model, const std::vector<torch::IValue>& inputs, torch::Device device);
+
+// The outputs every request is compared with: the expected file's, or else the
+// warm-up request's (then the check is that all requests agree).
+std::vector<torch::Tensor> reference_outputs(const Options& options,
+                                             const torch::IValue& warm_up_output);
+
+}  // namespace customconv_demo
