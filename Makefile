@@ -7,6 +7,7 @@
 PYTHON        ?= python3
 BUILD_DIR     ?= build
 TORCH_VERSION ?= 2.11.0
+CUTLASS_VERSION ?= 4.2.0.0
 JOBS          ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS    ?=
 CTEST_ARGS    ?=
@@ -23,6 +24,9 @@ deps:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "torch==$(TORCH_VERSION)"
 	@$(PYTHON) -c "import pytest, numpy, expecttest" 2>/dev/null || $(PYTHON) -m pip install pytest numpy expecttest
 	@$(PYTHON) -c "import scikit_build_core" 2>/dev/null || $(PYTHON) -m pip install scikit-build-core
+	@# CUTLASS's headers (the conv2d implicit-GEMM engine), where a CUDA compiler is found; only the headers are needed.
+	@{ command -v nvcc >/dev/null || test -x /usr/local/cuda/bin/nvcc; } && \
+	  { $(PYTHON) -c "import cutlass_library" 2>/dev/null || $(PYTHON) -m pip install --no-deps "nvidia-cutlass==$(CUTLASS_VERSION)"; } || true
 	@# torchvision of the installed torch's release (torch 2.M pairs with torchvision 0.(M+15)), so pip keeps that torch.
 	@$(PYTHON) -c "import torchvision" 2>/dev/null || $(PYTHON) -m pip install \
 	  "torchvision==0.$$($(PYTHON) -c 'import torch; print(int(torch.__version__.split(".")[1]) + 15)').*"

@@ -158,6 +158,11 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
     return depthwise_conv2d_impl(kernels.depthwise, input_arg, weight_arg, bias, stride, padding,
                                  dilation);
   }
+  if (kernels.forward_engine != nullptr) {
+    if (std::optional<at::Tensor> out = kernels.forward_engine(input_arg, weight_arg, bias, s)) {
+      return *std::move(out);
+    }
+  }
   const Plan p = make_plan(s, input_arg, Pass::kForward);
   at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow}, input_arg.options());
   const bool has_bias = bias.has_value() && bias->defined();

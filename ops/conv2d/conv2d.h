@@ -2,6 +2,8 @@
 // device's kernels come in as a Conv2dKernels table.
 //
 // Images are processed in chunks bounded by workspace_limit_bytes(). Routes:
+//   * the device's forward engine where it takes the case (on CUDA: the
+//     implicit GEMM of implicit_gemm.h for channels_last 16-bit data);
 //   * depthwise (groups == C_in > 1, weight (C*m, 1, kh, kw)): the depthwise kernels;
 //   * pointwise (1x1, stride 1, no padding) with planes of at least 128
 //     positions: the input is its own column buffer, so forward and grad input
@@ -21,16 +23,26 @@
 #include <optional>
 
 #include "ops/columns/column_kernels.h"
+#include "ops/common/conv_shapes.h"
 #include "ops/conv2d/batched_gemm.h"
+#include "ops/conv2d/implicit_gemm.h"
 #include "ops/depthwise/depthwise.h"
 
 namespace customconv {
+
+// A device's forward engine that computes the whole convolution where it takes
+// the case (the output), or declines (nullopt) and leaves it to im2col + GEMM.
+using Conv2dForwardEngine = std::optional<at::Tensor> (*)(const at::Tensor& input,
+                                                          const at::Tensor& weight,
+                                                          const std::optional<at::Tensor>& bias,
+                                                          const Conv2dShape<int64_t>& s);
 
 struct Conv2dKernels {
   ColumnKernels columns;
   BatchedGemm gemm;
   GemmParallelism gemm_parallelism;
   DepthwiseKernels depthwise;
+  Conv2dForwardEngine forward_engine = nullptr;
 };
 
 inline Conv2dKernels cpu_conv2d_kernels() {
@@ -38,8 +50,13 @@ inline Conv2dKernels cpu_conv2d_kernels() {
 }
 #ifdef CUSTOMCONV_WITH_CUDA
 inline Conv2dKernels cuda_conv2d_kernels() {
+#ifdef CUSTOMCONV_WITH_CUTLASS
+  constexpr Conv2dForwardEngine engine = &implicit_gemm_conv2d;
+#else
+  constexpr Conv2dForwardEngine engine = nullptr;
+#endif
   return {cuda_column_kernels(), &batched_gemm_cuda, &gemm_parallelism_cuda,
-          cuda_depthwise_kernels()};
+          cuda_depthwise_kernels(), engine};
 }
 #endif
 
