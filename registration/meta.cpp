@@ -23,7 +23,8 @@ at::Tensor conv2d_meta(const at::Tensor& input, const at::Tensor& weight,
                        c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
   const auto s =
       check_conv2d<Sym>("conv2d", input, weight, bias, stride, padding, dilation, groups);
-  return at::empty_symint(image_sizes(s.in.batched, s.in.n, s.k, s.oh, s.ow), input.options());
+  return at::empty_symint(image_sizes(s.in.batched, s.in.n, s.k, s.oh, s.ow),
+                          input.options().memory_format(conv2d_output_format(input, weight)));
 }
 
 at::Tensor conv2d_grad_input_meta(const at::Tensor& grad_output, const at::Tensor& input,

@@ -37,6 +37,16 @@ inline void check_numel(const char* op, const char* what, std::initializer_list<
   for (int64_t s : sizes) n = checked_mul(op, what, n, s);
 }
 
+// The memory format of conv2d's output, F.conv2d's rule: channels_last when the
+// input is batched (4 dims) and it or the weight is laid out channels_last,
+// else contiguous (NCHW). The CPU, CUDA and meta kernels all follow it.
+inline at::MemoryFormat conv2d_output_format(const at::Tensor& input, const at::Tensor& weight) {
+  const bool channels_last = input.dim() == 4 && weight.dim() == 4 &&
+                             (input.suggest_memory_format() == at::MemoryFormat::ChannelsLast ||
+                              weight.suggest_memory_format() == at::MemoryFormat::ChannelsLast);
+  return channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+}
+
 template <class I>
 struct Conv2dShape {
   ImageShape<I> in;

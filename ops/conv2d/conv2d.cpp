@@ -154,11 +154,18 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
                        int64_t groups) {
   const auto s = check_conv2d<int64_t>("conv2d", input_arg, weight_arg, bias, stride, padding,
                                        dilation, groups);
+  // The routes below compute NCHW; a channels_last result (F.conv2d's rule,
+  // conv2d_output_format) is then one layout change, except from the engine,
+  // which computes channels_last itself.
+  const at::MemoryFormat format = conv2d_output_format(input_arg, weight_arg);
+  const auto in_format = [&](const at::Tensor& t) {
+    return format == at::MemoryFormat::ChannelsLast ? t.contiguous(format) : t;
+  };
   if (routes_to_depthwise(s)) {
-    return depthwise_conv2d_impl(kernels.depthwise, input_arg, weight_arg, bias, stride, padding,
-                                 dilation);
+    return in_format(depthwise_conv2d_impl(kernels.depthwise, input_arg, weight_arg, bias, stride,
+                                           padding, dilation));
   }
-  if (kernels.forward_engine != nullptr) {
+  if (kernels.forward_engine != nullptr && format == at::MemoryFormat::ChannelsLast) {
     if (std::optional<at::Tensor> out = kernels.forward_engine(input_arg, weight_arg, bias, s)) {
       return *std::move(out);
     }
@@ -166,11 +173,11 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
   const Plan p = make_plan(s, input_arg, Pass::kForward);
   at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow}, input_arg.options());
   const bool has_bias = bias.has_value() && bias->defined();
-  if (out.numel() == 0) return unbatch(out, s.in.batched);
+  if (out.numel() == 0) return in_format(unbatch(out, s.in.batched));
   if (p.rows_g == 0) {  // no input channels: the output is the bias alone
     out.zero_();
     if (has_bias) out.add_(bias->view({1, s.k, 1, 1}));
-    return unbatch(out, s.in.batched);
+    return in_format(unbatch(out, s.in.batched));
   }
 
   const at::Tensor input = as_batch(input_arg, s.in.batched);
@@ -199,7 +206,7 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
     }
   }
   if (has_bias) out.add_(bias->view({1, s.k, 1, 1}));
-  return unbatch(out, s.in.batched);
+  return in_format(unbatch(out, s.in.batched));
 }
 
 at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor& grad_output,
@@ -229,8 +236,10 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
                                    .flip({3, 4})
                                    .transpose(1, 2)
                                    .reshape({s.in.c, p.kg, win.kh, win.kw});
+    // NCHW, as conv2d_grad_input always returns (its meta kernel says so).
     return conv2d_impl(kernels, grad_output, rotated, std::nullopt, {1, 1}, {fph, fpw},
-                       {win.dh, win.dw}, p.g);
+                       {win.dh, win.dw}, p.g)
+        .contiguous();
   }
   const at::Tensor go = as_batch(grad_output, s.in.batched);
   const at::Tensor wt = weight_arg.contiguous().view({p.g, p.kg, p.rows_g}).transpose(1, 2);

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import customconv
 from testlib import (
     DEVICE_DTYPES,
+    ConvConfig,
     DEVICES,
     capture_and_replay,
     check_conv_case,
@@ -52,6 +53,60 @@ def test_conv2d_matches_torch_on_random_configs(device, dtype, idx, rng, gen, se
     call = rng.choice(["ops", "ops", "ops-kwargs", "functional"])
     ctx = f"seed={seed} {device} {dtype} call={call} {cfg}"
     run_conv2d_case(cfg, device, dtype, gen, ctx, call)
+
+
+@pytest.mark.parametrize("weight_layout", ["contiguous", "channels_last", "transposed"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_cpu_1x1_on_channels_last_is_one_gemm_with_a_channels_last_output(dtype, bias,
+                                                                          weight_layout, gen, seed):
+    # The CPU's pointwise route (ops/conv2d/pointwise_gemm.h): the input read in
+    # place as an (N*H*W, C) matrix, the output written channels_last.
+    cfg = ConvConfig(batch=3, in_channels=16, out_channels=24, groups=1, kernel=(1, 1),
+                     stride=(1, 1), padding=(0, 0), dilation=(1, 1), size=(7, 9), bias=bias,
+                     input_layout="channels_last", weight_layout=weight_layout,
+                     grad_layout="channels_last")
+    out = check_conv_case(lambda input, weight, bias: ops.conv2d(input, weight, bias, *cfg.args()),
+                          cfg, "cpu", dtype, gen, f"seed={seed} {cfg}")
+    assert out.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("layouts", [("contiguous", "contiguous"), ("channels_last", "contiguous"),
+                                     ("contiguous", "channels_last"), ("channels_last", "channels_last")],
+                         ids=["nchw", "input-cl", "weight-cl", "both-cl"])
+@pytest.mark.parametrize("window", [(1, 1, 1), (3, 1, 1), (3, 2, 4)], ids=["1x1", "3x3", "3x3-g4"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_conv2d_output_memory_format_is_f_conv2ds_and_the_meta_kernels(device, window, layouts, gen):
+    # channels_last when the input or the weight is (F.conv2d's rule), on every
+    # route (one GEMM, im2col + GEMM, grouped, depthwise), and the meta kernel says the same.
+    k, s, groups = window
+    x = make_tensor((2, 16, 7, 6), torch.float32, device, layouts[0], gen)
+    w = make_tensor((8, 16 // groups, k, k), torch.float32, device, layouts[1], gen)
+    b = make_tensor((8,), torch.float32, device, gen=gen)
+    args = ([s, s], [k // 2, k // 2], [1, 1], groups)
+    out = ops.conv2d(x, w, b, *args)
+    want = F.conv2d(x, w, b, s, k // 2, 1, groups)
+    assert out.stride() == want.stride(), (out.stride(), want.stride())
+    assert ops.conv2d(x.to("meta"), w.to("meta"), b.to("meta"), *args).stride() == want.stride()
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+    depthwise = make_tensor((16, 1, 3, 3), torch.float32, device, layouts[1], gen)
+    got = ops.conv2d(x, depthwise, None, [1, 1], [1, 1], [1, 1], 16)
+    assert got.stride() == F.conv2d(x, depthwise, None, 1, 1, 1, 16).stride()
+
+
+def test_conv2d_compiled_for_training_on_channels_last_keeps_the_traced_strides(gen):
+    # torch.compile checks every custom op's output strides against its meta
+    # kernel's: the CPU's one-GEMM 1x1 route and the column route alike.
+    for k in (1, 3):
+        x = make_tensor((2, 16, 5, 5), torch.float32, "cpu", "channels_last", gen, True)
+        w = make_tensor((8, 16, k, k), torch.float32, "cpu", gen=gen, requires_grad=True)
+        b = make_tensor((8,), torch.float32, "cpu", gen=gen, requires_grad=True)
+        fn = lambda x, w, b: ops.conv2d(x, w, b, [1, 1], [k // 2, k // 2], [1, 1], 1)  # noqa: E731
+        torch._dynamo.reset()
+        y = torch.compile(fn, fullgraph=True)(x, w, b)
+        y.sum().backward()
+        assert y.is_contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(y, F.conv2d(x, w, b, 1, k // 2), rtol=1e-4, atol=1e-4)
 
 
 EDGE_CASES = {

@@ -1,0 +1,113 @@
+"""Host cost per call of customconv's ops against PyTorch's, on inputs so small
+that the device work is negligible: many calls queued back to back with one
+synchronize at the end, so the time per call is what the host spends issuing
+it (argument checks, dispatch, allocation, launch).
+
+    python3 bench/host_cost.py --device cuda|cpu [--calls 2000] [--out bench/results/host_cost]
+
+Writes <out>/<device>.{json,md}: per op and pass (forward, forward+backward),
+microseconds per call for ours and for PyTorch's counterpart, and their ratio.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python_stub"))
+import customconv  # noqa: E402
+
+
+def per_call_us(fn: Callable[[], object], device: str, calls: int, rounds: int = 5) -> float:
+    """Median over rounds of (time for `calls` back-to-back calls) / calls, in us."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(20):
+        fn()
+    sync()
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(times)
+
+
+def cases(device: str, dtype: torch.dtype) -> Dict[str, Dict[str, Callable]]:
+    """name -> {"ours": fn, "torch": fn, "ours_bwd": fn, "torch_bwd": fn} on tiny inputs."""
+    mk = lambda *shape, grad=False: torch.randn(*shape, device=device, dtype=dtype,  # noqa: E731
+                                                requires_grad=grad)
+    out: Dict[str, Dict[str, Callable]] = {}
+
+    def add(name, ours, theirs, args):
+        grads = [a.detach().clone().requires_grad_() for a in args]
+
+        def bwd(f):
+            def run():
+                y = f(*grads)
+                y.backward(torch.ones_like(y))
+            return run
+
+        out[name] = {"ours": lambda: ours(*args), "torch": lambda: theirs(*args),
+                     "ours_bwd": bwd(ours), "torch_bwd": bwd(theirs)}
+
+    x, w, b = mk(1, 8, 8, 8), mk(8, 8, 3, 3), mk(8)
+    add("conv2d 3x3", lambda x, w, b: customconv.conv2d(x, w, b, 1, 1),
+        lambda x, w, b: F.conv2d(x, w, b, 1, 1), (x, w, b))
+    w1 = mk(8, 8, 1, 1)
+    add("conv2d 1x1", lambda x, w, b: customconv.conv2d(x, w, b),
+        lambda x, w, b: F.conv2d(x, w, b), (x, w1, b))
+    xcl = x.contiguous(memory_format=torch.channels_last)
+    wcl = w.contiguous(memory_format=torch.channels_last)
+    add("conv2d 3x3 channels_last", lambda x, w, b: customconv.conv2d(x, w, b, 1, 1),
+        lambda x, w, b: F.conv2d(x, w, b, 1, 1), (xcl, wcl, b))
+    wd = mk(8, 1, 3, 3)
+    add("depthwise_conv2d 3x3", lambda x, w, b: customconv.depthwise_conv2d(x, w, b, 1, 1),
+        lambda x, w, b: F.conv2d(x, w, b, 1, 1, 1, 8), (x, wd, b))
+    k = mk(3, 3)
+    add("filter2d 3x3", lambda x, k: customconv.filter2d(x, k),
+        lambda x, k: F.conv2d(x.reshape(-1, 1, 8, 8), k[None, None], None, 1, 1).reshape(x.shape),
+        (x, k))
+    return out
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--out", type=Path,
+                        default=Path(__file__).resolve().parent / "results" / "host_cost")
+    args = parser.parse_args(argv)
+    dtype = getattr(torch, args.dtype)
+    rows = []
+    for name, fns in cases(args.device, dtype).items():
+        for pass_, ours, theirs in (("fwd", "ours", "torch"), ("fwd+bwd", "ours_bwd", "torch_bwd")):
+            t_ours = per_call_us(fns[ours], args.device, args.calls)
+            t_torch = per_call_us(fns[theirs], args.device, args.calls)
+            rows.append(dict(op=name, pass_=pass_, ours_us=t_ours, torch_us=t_torch,
+                             ratio=t_ours / t_torch))
+            print(f"{name:28s} {pass_:8s} ours {t_ours:8.1f} us  PyTorch {t_torch:8.1f} us  "
+                  f"ratio {t_ours / t_torch:5.2f}", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    device_name = (torch.cuda.get_device_name() if args.device == "cuda" else "CPU")
+    (args.out / f"{args.device}.json").write_text(json.dumps(
+        dict(device=device_name, dtype=args.dtype, calls=args.calls, rows=rows), indent=1))
+    lines = [f"# Host cost per call on {device_name} ({args.dtype}, tiny inputs, "
+             f"{args.calls} calls queued, median of 5 rounds)", "",
+             "| op | pass | ours us | PyTorch us | ours / PyTorch |", "|---|---|---:|---:|---:|"]
+    lines += [f"| {r['op']} | {r['pass_']} | {r['ours_us']:.1f} | {r['torch_us']:.1f} | "
+              f"{r['ratio']:.2f} |" for r in rows]
+    (args.out / f"{args.device}.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
