@@ -4,7 +4,7 @@
 // Images are processed in chunks bounded by workspace_limit_bytes(). Routes:
 //   * the device's forward engine where it takes the case (on CUDA: the
 //     implicit GEMM of implicit_gemm.h for channels_last 16-bit data; on the
-//     CPU: pointwise_gemm.h, 1x1 layers on channels_last data as one GEMM);
+//     CPU: channels_last_gemm.h, GEMMs over the positions of channels_last data);
 //   * depthwise (groups == C_in > 1, weight (C*m, 1, kh, kw)): the depthwise kernels;
 //   * pointwise (1x1, stride 1, no padding) with planes of at least 128
 //     positions: the input is its own column buffer, so forward and grad input
@@ -27,7 +27,7 @@
 #include "ops/common/conv_shapes.h"
 #include "ops/conv2d/batched_gemm.h"
 #include "ops/conv2d/implicit_gemm.h"
-#include "ops/conv2d/pointwise_gemm.h"
+#include "ops/conv2d/channels_last_gemm.h"
 #include "ops/depthwise/depthwise.h"
 
 namespace customconv {
@@ -49,7 +49,7 @@ struct Conv2dKernels {
 
 inline Conv2dKernels cpu_conv2d_kernels() {
   return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels(),
-          &pointwise_channels_last_conv2d};
+          &channels_last_gemm_conv2d};
 }
 #ifdef CUSTOMCONV_WITH_CUDA
 inline Conv2dKernels cuda_conv2d_kernels() {

@@ -60,8 +60,8 @@ def test_conv2d_matches_torch_on_random_configs(device, dtype, idx, rng, gen, se
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 def test_cpu_1x1_on_channels_last_is_one_gemm_with_a_channels_last_output(dtype, bias,
                                                                           weight_layout, gen, seed):
-    # The CPU's pointwise route (ops/conv2d/pointwise_gemm.h): the input read in
-    # place as an (N*H*W, C) matrix, the output written channels_last.
+    # The CPU's channels_last GEMM route (ops/conv2d/channels_last_gemm.h): the
+    # input read in place as an (N*H*W, C) matrix, the output written channels_last.
     cfg = ConvConfig(batch=3, in_channels=16, out_channels=24, groups=1, kernel=(1, 1),
                      stride=(1, 1), padding=(0, 0), dilation=(1, 1), size=(7, 9), bias=bias,
                      input_layout="channels_last", weight_layout=weight_layout,
@@ -69,6 +69,21 @@ def test_cpu_1x1_on_channels_last_is_one_gemm_with_a_channels_last_output(dtype,
     out = check_conv_case(lambda input, weight, bias: ops.conv2d(input, weight, bias, *cfg.args()),
                           cfg, "cpu", dtype, gen, f"seed={seed} {cfg}")
     assert out.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("idx", range(20))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_cpu_channels_last_windows_gathered_into_rows_match_torch(dtype, idx, rng, gen, seed):
+    # The same route for k x k windows with stride, padding and dilation: each
+    # output position's window gathered into a row of columns, then one GEMM.
+    # (16 channels and more: fewer keep the column route.)
+    cfg = random_conv2d_config(rng, kind="plain", input_layout="channels_last",
+                               batch=rng.choice([1, 2, 3]), in_channels=rng.choice([16, 24, 40]))
+    out = check_conv_case(lambda input, weight, bias: ops.conv2d(input, weight, bias, *cfg.args()),
+                          cfg, "cpu", dtype, gen, f"seed={seed} {cfg}")
+    # (A 1x1 output: both layouts are the same memory.)
+    ambiguous = min(cfg.output_size) == 1
+    assert out.is_contiguous(memory_format=torch.channels_last) or ambiguous, cfg
 
 
 @pytest.mark.parametrize("layouts", [("contiguous", "contiguous"), ("channels_last", "contiguous"),

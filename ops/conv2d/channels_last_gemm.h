@@ -1,0 +1,34 @@
+// conv2d's forward on channels_last data as GEMMs over output positions, the
+// CPU's forward engine (float32, float64; groups 1).
+//
+// A channels_last input (N, C, H, W) lies in memory as an (N*H*W, C) matrix,
+// and a channels_last output as (N*P*Q, K). So:
+//   * 1x1, stride 1, unpadded: the output is one GEMM of the input matrix with
+//     the weight's (K, C) rows, read and written in place;
+//   * any other window: for a chunk of images, each output position's window
+//     is gathered into one row of a column matrix (N_c*P*Q, kh*kw*C), whose
+//     rows are kh*kw contiguous runs of C input channels (copies, or zeros
+//     outside the plane), and one GEMM with the weight as (K, kh*kw*C) writes
+//     the chunk's output rows. Chunks keep the columns within
+//     workspace_limit_bytes() (at least one image).
+// The bias is added by the GEMM. No layout change of input or output; the
+// weight is read as (K, kh, kw, C), a copy unless it is channels_last.
+// Windows over fewer than 16 channels, and bfloat16 (whose column route
+// accumulates in float32), keep the column route.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+#include "ops/common/conv_shapes.h"
+
+namespace customconv {
+
+// The output (channels_last), or nullopt when the case is not one this route takes.
+std::optional<at::Tensor> channels_last_gemm_conv2d(const at::Tensor& input,
+                                                    const at::Tensor& weight,
+                                                    const std::optional<at::Tensor>& bias,
+                                                    const Conv2dShape<int64_t>& s);
+
+}  // namespace customconv
