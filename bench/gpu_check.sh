@@ -4,7 +4,8 @@
 #
 #   bash bench/gpu_check.sh OUTDIR
 #
-# env: PYTHON, CUDA_ARCHS=90, BUILD_DIR; CTEST_REGEX (ctest -R); TARGET (build only that target, e.g.
+# env: PYTHON, CUDA_ARCHS=90, BUILD_DIR, CUTLASS_INCLUDE_DIR (else found through the
+# nvidia-cutlass Python package); CTEST_REGEX (ctest -R); TARGET (build only that target, e.g.
 # customconv); CTEST=0 skips ctest; PYTEST=0 skips pytest; PYTEST_FILES (a
 # glob, default tests/python/test_*.py); BENCH_OPS (e.g. depthwise,filter2d)
 # also runs bench/bench.py on them (BENCH_DTYPES: its --dtypes), writing
@@ -36,7 +37,8 @@ step() {  # step NAME COMMAND...: runs COMMAND with output in OUT/NAME.log, prin
 
 step configure cmake -S . -B "$BUILD" -G Ninja -DCUSTOMCONV_CUDA=ON \
   -DCUSTOMCONV_BUILD_TESTS=ON -DCUSTOMCONV_BUILD_DEMO=ON \
-  -DCUSTOMCONV_CUDA_ARCHS="${CUDA_ARCHS:-90}" -DCUSTOMCONV_PYTHON="$PY" || exit 1
+  -DCUSTOMCONV_CUDA_ARCHS="${CUDA_ARCHS:-90}" -DCUSTOMCONV_PYTHON="$PY" \
+  ${CUTLASS_INCLUDE_DIR:+-DCUTLASS_INCLUDE_DIR="$CUTLASS_INCLUDE_DIR"} || exit 1
 step build cmake --build "$BUILD" -j "$(nproc)" ${TARGET:+--target "$TARGET"} ||
   { tail -40 "$OUT/build.log"; exit 1; }
 reliability() {  # the long-running checks of docs/reliability.md, on the last GPU
