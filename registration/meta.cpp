@@ -33,7 +33,8 @@ at::Tensor conv2d_grad_input_meta(const at::Tensor& grad_output, const at::Tenso
                                   int64_t groups) {
   const char* op = "conv2d_grad_input";
   check_conv2d_backward<Sym>(op, grad_output, input, weight, stride, padding, dilation, groups);
-  return at::empty_symint(input.sym_sizes(), input.options());
+  return at::empty_symint(input.sym_sizes(),
+                          input.options().memory_format(conv2d_output_format(input, weight)));
 }
 
 at::Tensor conv2d_grad_weight_meta(const at::Tensor& grad_output, const at::Tensor& input,
@@ -42,7 +43,8 @@ at::Tensor conv2d_grad_weight_meta(const at::Tensor& grad_output, const at::Tens
                                    int64_t groups) {
   const char* op = "conv2d_grad_weight";
   check_conv2d_backward<Sym>(op, grad_output, input, weight, stride, padding, dilation, groups);
-  return at::empty_symint(weight.sym_sizes(), weight.options());
+  return at::empty_symint(weight.sym_sizes(),
+                          weight.options().memory_format(conv2d_output_format(input, weight)));
 }
 
 at::Tensor conv2d_grad_bias_meta(const at::Tensor& grad_output) {

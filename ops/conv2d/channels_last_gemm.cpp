@@ -50,12 +50,13 @@ std::optional<at::Tensor> channels_last_gemm_conv2d(const at::Tensor& input,
   if (dtype != at::kFloat && dtype != at::kDouble) return std::nullopt;
   if (!s.in.batched || s.groups != 1 || s.in.c == 0) return std::nullopt;
   if (!input.is_contiguous(at::MemoryFormat::ChannelsLast)) return std::nullopt;
+  // Pointwise layers are pointwise_gemm.h's. Fewer than 16 channels make the
+  // gathered runs too short to copy well (the 3-channel 7x7 stem at N4, 224^2
+  // on a 2-core machine: 15.4 ms this way, 12.0 by the column route): the
+  // column route takes those.
   const bool pointwise =
       w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0;
-  // Fewer than 16 channels make the gathered runs too short to copy well (the
-  // 3-channel 7x7 stem at N4, 224^2 on a 2-core machine: 15.4 ms this way, 12.0
-  // by the column route): the column route takes those.
-  if (!pointwise && s.in.c < 16) return std::nullopt;
+  if (pointwise || s.in.c < 16) return std::nullopt;
   at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow},
                              input.options().memory_format(at::MemoryFormat::ChannelsLast));
   if (out.numel() == 0) return out;
@@ -72,10 +73,6 @@ std::optional<at::Tensor> channels_last_gemm_conv2d(const at::Tensor& input,
       at::mm_out(y, a, wt);
     }
   };
-  if (pointwise) {  // the input is its own column matrix
-    gemm(input.permute({0, 2, 3, 1}).reshape({s.in.n * positions, s.in.c}), out_rows);
-    return out;
-  }
   const int64_t image_bytes =
       checked_mul("conv2d", "the columns of one image", positions, row_len * input.element_size());
   const int64_t chunk = images_per_chunk(s.in.n, image_bytes);

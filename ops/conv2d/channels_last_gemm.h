@@ -2,15 +2,14 @@
 // CPU's forward engine (float32, float64; groups 1).
 //
 // A channels_last input (N, C, H, W) lies in memory as an (N*H*W, C) matrix,
-// and a channels_last output as (N*P*Q, K). So:
-//   * 1x1, stride 1, unpadded: the output is one GEMM of the input matrix with
-//     the weight's (K, C) rows, read and written in place;
-//   * any other window: for a chunk of images, each output position's window
-//     is gathered into one row of a column matrix (N_c*P*Q, kh*kw*C), whose
-//     rows are kh*kw contiguous runs of C input channels (copies, or zeros
-//     outside the plane), and one GEMM with the weight as (K, kh*kw*C) writes
-//     the chunk's output rows. Chunks keep the columns within
-//     workspace_limit_bytes() (at least one image).
+// and a channels_last output as (N*P*Q, K). Pointwise windows (1x1, stride 1,
+// unpadded) are one GEMM in place (pointwise_gemm.h, tried first). For any
+// other window: for a chunk of images, each output position's window
+// is gathered into one row of a column matrix (N_c*P*Q, kh*kw*C), whose rows
+// are kh*kw contiguous runs of C input channels (copies, or zeros outside the
+// plane), and one GEMM with the weight as (K, kh*kw*C) writes the chunk's
+// output rows. Chunks keep the columns within workspace_limit_bytes() (at
+// least one image).
 // The bias is added by the GEMM. No layout change of input or output; the
 // weight is read as (K, kh, kw, C), a copy unless it is channels_last.
 // Windows over fewer than 16 channels, and bfloat16 (whose column route

@@ -158,16 +158,15 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
   // conv2d_output_format) is then one layout change, except from the engine,
   // which computes channels_last itself.
   const at::MemoryFormat format = conv2d_output_format(input_arg, weight_arg);
-  const auto in_format = [&](const at::Tensor& t) {
-    return format == at::MemoryFormat::ChannelsLast ? t.contiguous(format) : t;
-  };
+  const auto in_format = [&](const at::Tensor& t) { return t.contiguous(format); };
   if (routes_to_depthwise(s)) {
     return in_format(depthwise_conv2d_impl(kernels.depthwise, input_arg, weight_arg, bias, stride,
                                            padding, dilation));
   }
-  if (kernels.forward_engine != nullptr && format == at::MemoryFormat::ChannelsLast) {
-    if (std::optional<at::Tensor> out = kernels.forward_engine(input_arg, weight_arg, bias, s)) {
-      return *std::move(out);
+  if (format == at::MemoryFormat::ChannelsLast) {
+    if (auto out = pointwise_conv2d(kernels.gemm, input_arg, weight_arg, bias, s)) return *out;
+    if (kernels.engines.forward != nullptr) {
+      if (auto out = kernels.engines.forward(input_arg, weight_arg, bias, s)) return *out;
     }
   }
   const Plan p = make_plan(s, input_arg, Pass::kForward);
@@ -216,14 +215,24 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
   const char* op = "conv2d_grad_input";
   const auto s = check_conv2d_backward<int64_t>(op, grad_output, input_arg, weight_arg, stride,
                                                 padding, dilation, groups);
+  // The gradient takes the forward output's memory format (F.conv2d's rule);
+  // the routes after the engines compute NCHW and change it once at the end.
+  const at::MemoryFormat format = conv2d_output_format(input_arg, weight_arg);
+  const auto in_format = [&](const at::Tensor& t) { return t.contiguous(format); };
   if (routes_to_depthwise(s)) {
-    return depthwise_conv2d_grad_input_impl(kernels.depthwise, grad_output, input_arg, weight_arg,
-                                            stride, padding, dilation);
+    return in_format(depthwise_conv2d_grad_input_impl(kernels.depthwise, grad_output, input_arg,
+                                                      weight_arg, stride, padding, dilation));
+  }
+  if (format == at::MemoryFormat::ChannelsLast) {
+    if (auto gi = pointwise_conv2d_grad_input(kernels.gemm, grad_output, weight_arg, s)) return *gi;
+    if (kernels.engines.grad_input != nullptr) {
+      if (auto gi = kernels.engines.grad_input(grad_output, input_arg, weight_arg, s)) return *gi;
+    }
   }
   const Plan p = make_plan(s, input_arg, Pass::kGradInput);
   at::Tensor gi = at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, input_arg.options());
-  if (gi.numel() == 0) return unbatch(gi, s.in.batched);
-  if (s.k == 0) return unbatch(gi, s.in.batched).zero_();
+  if (gi.numel() == 0) return in_format(unbatch(gi, s.in.batched));
+  if (s.k == 0) return in_format(unbatch(gi, s.in.batched).zero_());
 
   // With stride 1 the input gradient is the full correlation of grad_output
   // with the rotated weight: a forward convolution, whose im2col + GEMM beats
@@ -236,17 +245,20 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
                                    .flip({3, 4})
                                    .transpose(1, 2)
                                    .reshape({s.in.c, p.kg, win.kh, win.kw});
-    // NCHW, as conv2d_grad_input always returns (its meta kernel says so).
-    return conv2d_impl(kernels, grad_output, rotated, std::nullopt, {1, 1}, {fph, fpw},
-                       {win.dh, win.dw}, p.g)
-        .contiguous();
+    // Where the gradient is channels_last and the device has a forward engine
+    // (which reads channels_last), an NCHW grad_output is changed first, as
+    // F.conv2d's backward does.
+    const bool to_engine = kernels.engines.forward != nullptr && grad_output.dim() == 4;
+    const at::Tensor go_in = to_engine ? in_format(grad_output) : grad_output;
+    return in_format(conv2d_impl(kernels, go_in, rotated, std::nullopt, {1, 1}, {fph, fpw},
+                                 {win.dh, win.dw}, p.g));
   }
   const at::Tensor go = as_batch(grad_output, s.in.batched);
   const at::Tensor wt = weight_arg.contiguous().view({p.g, p.kg, p.rows_g}).transpose(1, 2);
   if (p.pointwise) {  // the columns are grad_input itself
     gemm_per_image(kernels, shared(wt, s.in.n), grouped(go, p, 0, s.in.n),
                    grouped(gi, p, 0, s.in.n));
-    return unbatch(gi, s.in.batched);
+    return in_format(unbatch(gi, s.in.batched));
   }
   const at::Tensor buffer = at::empty({p.g * p.rows_g * p.chunk * p.length}, go.options());
   for (int64_t n0 = 0; n0 < s.in.n; n0 += p.chunk) {
@@ -259,7 +271,7 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
     }
     kernels.columns.col2im(cols, gi.narrow(0, n0, nc), s.win, s.oh, s.ow, columns_layout(p, nc));
   }
-  return unbatch(gi, s.in.batched);
+  return in_format(unbatch(gi, s.in.batched));
 }
 
 at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tensor& grad_output,
@@ -269,14 +281,23 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
   const char* op = "conv2d_grad_weight";
   const auto s = check_conv2d_backward<int64_t>(op, grad_output, input_arg, weight_arg, stride,
                                                 padding, dilation, groups);
+  // The weight gradient's memory format follows the same rule as grad_input's.
+  const at::MemoryFormat format = conv2d_output_format(input_arg, weight_arg);
+  const auto in_format = [&](const at::Tensor& t) { return t.contiguous(format); };
   if (routes_to_depthwise(s)) {
-    return depthwise_conv2d_grad_weight_impl(kernels.depthwise, grad_output, input_arg,
-                                             weight_arg, stride, padding, dilation);
+    return in_format(depthwise_conv2d_grad_weight_impl(kernels.depthwise, grad_output, input_arg,
+                                                       weight_arg, stride, padding, dilation));
+  }
+  if (format == at::MemoryFormat::ChannelsLast) {
+    if (auto gw = pointwise_conv2d_grad_weight(kernels.gemm, grad_output, input_arg, s)) return *gw;
+    if (kernels.engines.grad_weight != nullptr) {
+      if (auto gw = kernels.engines.grad_weight(grad_output, input_arg, weight_arg, s)) return *gw;
+    }
   }
   const Plan p = make_plan(s, input_arg, Pass::kGradWeight);
   const auto dtype = input_arg.scalar_type();
   if (p.g * p.kg * p.rows_g == 0 || s.in.n == 0 || p.length == 0) {
-    return at::zeros(weight_arg.sizes(), input_arg.options());
+    return at::zeros(weight_arg.sizes(), input_arg.options().memory_format(format));
   }
   // Partial products and their sum: float32 for float16/bfloat16.
   const auto acc_options = input_arg.options().dtype(
@@ -316,7 +337,7 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
       acc.add_(partial.sum(0));
     }
   }
-  return acc.to(dtype).view(weight_arg.sizes());
+  return in_format(acc.to(dtype).view(weight_arg.sizes()));
 }
 
 at::Tensor conv2d_grad_bias_impl(const at::Tensor& grad_output) {

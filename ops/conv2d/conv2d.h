@@ -2,9 +2,12 @@
 // device's kernels come in as a Conv2dKernels table.
 //
 // Images are processed in chunks bounded by workspace_limit_bytes(). Routes:
-//   * the device's forward engine where it takes the case (on CUDA: the
-//     implicit GEMM of implicit_gemm.h for channels_last 16-bit data; on the
-//     CPU: channels_last_gemm.h, GEMMs over the positions of channels_last data);
+//   * pointwise layers on channels_last data: one GEMM per pass, in place
+//     (pointwise_gemm.h), every device;
+//   * the device's engines where they take the case (on CUDA: the implicit
+//     GEMMs of implicit_gemm.h for channels_last 16-bit data, forward and both
+//     gradients; on the CPU: channels_last_gemm.h, the forward as GEMMs over
+//     the positions of channels_last data);
 //   * depthwise (groups == C_in > 1, weight (C*m, 1, kh, kw)): the depthwise kernels;
 //   * pointwise (1x1, stride 1, no padding) with planes of at least 128
 //     positions: the input is its own column buffer, so forward and grad input
@@ -28,38 +31,52 @@
 #include "ops/conv2d/batched_gemm.h"
 #include "ops/conv2d/implicit_gemm.h"
 #include "ops/conv2d/channels_last_gemm.h"
+#include "ops/conv2d/pointwise_gemm.h"
 #include "ops/depthwise/depthwise.h"
 
 namespace customconv {
 
-// A device's forward engine that computes the whole convolution where it takes
-// the case (the output), or declines (nullopt) and leaves it to im2col + GEMM.
+// A device's engines, each computing a whole pass where it takes the case (the
+// result, in the pass's memory format), or declining (nullopt) and leaving it
+// to im2col + GEMM. Null: the device has none for that pass.
 using Conv2dForwardEngine = std::optional<at::Tensor> (*)(const at::Tensor& input,
                                                           const at::Tensor& weight,
                                                           const std::optional<at::Tensor>& bias,
                                                           const Conv2dShape<int64_t>& s);
+// grad_input and grad_weight: (grad_output, input, weight, shape).
+using Conv2dBackwardEngine = std::optional<at::Tensor> (*)(const at::Tensor& grad_output,
+                                                           const at::Tensor& input,
+                                                           const at::Tensor& weight,
+                                                           const Conv2dShape<int64_t>& s);
+
+struct Conv2dEngines {
+  Conv2dForwardEngine forward = nullptr;
+  Conv2dBackwardEngine grad_input = nullptr;
+  Conv2dBackwardEngine grad_weight = nullptr;
+};
 
 struct Conv2dKernels {
   ColumnKernels columns;
   BatchedGemm gemm;
   GemmParallelism gemm_parallelism;
   DepthwiseKernels depthwise;
-  Conv2dForwardEngine forward_engine = nullptr;
+  Conv2dEngines engines;
 };
 
 inline Conv2dKernels cpu_conv2d_kernels() {
   return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels(),
-          &channels_last_gemm_conv2d};
+          {&channels_last_gemm_conv2d, nullptr, nullptr}};
 }
 #ifdef CUSTOMCONV_WITH_CUDA
 inline Conv2dKernels cuda_conv2d_kernels() {
 #ifdef CUSTOMCONV_WITH_CUTLASS
-  constexpr Conv2dForwardEngine engine = &implicit_gemm_conv2d;
+  constexpr Conv2dEngines engines{&implicit_gemm_conv2d, &implicit_gemm_conv2d_grad_input,
+                                  &implicit_gemm_conv2d_grad_weight};
 #else
-  constexpr Conv2dForwardEngine engine = nullptr;
+  constexpr Conv2dEngines engines{};
 #endif
   return {cuda_column_kernels(), &batched_gemm_cuda, &gemm_parallelism_cuda,
-          cuda_depthwise_kernels(), engine};
+          cuda_depthwise_kernels(), engines};
 }
 #endif
 

@@ -1,15 +1,30 @@
-// conv2d's forward as an implicit GEMM on tensor cores: no column buffer, the
-// channels_last input read in place by the GEMM's operand iterators, bias
-// added in the GEMM's epilogue. The kernels are CUTLASS's sm80-style implicit
-// GEMM convolutions (mma.sync with cp.async multistage pipelines), which run on
+// conv2d as implicit GEMMs on tensor cores: no column buffer, the channels_last
+// tensors read in place by the GEMMs' operand iterators, bias added in the
+// forward GEMM's epilogue. The kernels are CUTLASS's sm80-style implicit GEMM
+// convolutions (mma.sync with cp.async multistage pipelines), which run on
 // compute capability 8.0 and newer; the engine is built where the CUTLASS
 // headers are found (CUSTOMCONV_WITH_CUTLASS).
 //
-// Takes: a CUDA input (N, C, H, W) stored channels_last, float16 or bfloat16,
-// groups 1, C and K multiples of 8 (16-byte vectors), 16-byte aligned data,
-// every tensor under 2^31 elements. The output is channels_last, as F.conv2d
-// gives for a channels_last input. The weight is read as (K, kh, kw, C): a
-// channels_last weight is used as it is, another is copied into that layout.
+// Takes: CUDA tensors stored channels_last (the input, and grad_output for the
+// gradients), float16 or bfloat16, groups 1, C and K multiples of 8 (16-byte
+// vectors), 16-byte aligned data, every tensor under 2^31 elements. The weight
+// is read as (K, kh, kw, C): a channels_last weight is used as it is, another
+// is copied into that layout. Results are channels_last, as F.conv2d and its
+// gradients are for channels_last inputs.
+//
+// Pointwise layers (1x1, stride 1, no padding) of any floating dtype skip the
+// convolution kernels: on channels_last data each of their passes is one
+// matrix product over (N*H*W, C) rows, which cuBLAS computes (pointwise_gemm.h).
+//
+// Routes, each declining (nullopt) where it does not apply:
+//   forward      the fprop kernel;
+//   grad_input   stride 1: the fprop kernel on grad_output with the weight
+//                rotated (conv2d.cpp does this through the forward engine);
+//                stride > 1, no dilation: CUTLASS's strided dgrad kernel;
+//   grad_weight  the wgrad kernel, its long reduction (N*P*Q) split into
+//                slices that fill the device, each written to its own float32
+//                plane (parallel split-K), then summed in a fixed order and
+//                rounded once: bitwise reproducible, no atomics.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -25,27 +40,47 @@ namespace customconv {
 std::optional<at::Tensor> implicit_gemm_conv2d(const at::Tensor& input, const at::Tensor& weight,
                                                const std::optional<at::Tensor>& bias,
                                                const Conv2dShape<int64_t>& s);
+std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad_output,
+                                                          const at::Tensor& input,
+                                                          const at::Tensor& weight,
+                                                          const Conv2dShape<int64_t>& s);
+std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& grad_output,
+                                                           const at::Tensor& input,
+                                                           const at::Tensor& weight,
+                                                           const Conv2dShape<int64_t>& s);
 
 namespace implicit_gemm {
 
-// One forward convolution as the kernels take it: NHWC input, KRSC weight,
-// NPQK output, a bias of K elements or null.
-struct FpropProblem {
-  const void* input;
-  const void* weight;
-  const void* bias;
+// One convolution as the kernels take it: NHWC activation, KRSC filter, NPQK
+// output. The pass decides which are read and which is written: fprop writes
+// `output` (adding `bias`, K elements, where not null); dgrad writes `input`;
+// wgrad writes `weight` as float32.
+struct ConvProblem {
+  void* input;
+  void* weight;
   void* output;
+  const void* bias;
   int n, h, w, c;  // input
   int k, r, s;     // weight
   int p, q;        // output height and width
   int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
   int device;
-  void* stream;  // cudaStream_t
+  void* stream;           // cudaStream_t
+  int split_k = 1;  // wgrad: slices of the reduction, each its own float32 (K, r, s, C) plane
 };
 
-// One per element type, each its own translation unit; false: not launched.
-bool fprop_f16(const FpropProblem& problem);
-bool fprop_bf16(const FpropProblem& problem);
+// The weight gradient's tile (rows: K, columns: kh*kw*C), and how many of its
+// blocks are resident on the device at once (0: it cannot run there).
+constexpr int kWgradTileRows = 128, kWgradTileCols = 128;
+int64_t wgrad_resident_blocks(int device);
+
+// One set per element type, each its own translation unit; false: not launched.
+bool fprop_f16(const ConvProblem& problem);
+bool fprop_bf16(const ConvProblem& problem);
+bool dgrad_f16(const ConvProblem& problem);
+bool dgrad_bf16(const ConvProblem& problem);
+bool wgrad_f16(const ConvProblem& problem);
+bool wgrad_bf16(const ConvProblem& problem);
 
 }  // namespace implicit_gemm
 }  // namespace customconv

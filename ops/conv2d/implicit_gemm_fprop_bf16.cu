@@ -1,8 +1,8 @@
-// The bfloat16 instantiations of the implicit-GEMM forward (implicit_gemm_fprop.cuh).
-#include "ops/conv2d/implicit_gemm_fprop.cuh"
+// The bfloat16 fprop kernels of the implicit-GEMM engine (implicit_gemm_kernels.cuh).
+#include "ops/conv2d/implicit_gemm_kernels.cuh"
 
 namespace customconv::implicit_gemm {
 
-bool fprop_bf16(const FpropProblem& problem) { return fprop<cutlass::bfloat16_t>(problem); }
+bool fprop_bf16(const ConvProblem& problem) { return fprop<cutlass::bfloat16_t>(problem); }
 
 }  // namespace customconv::implicit_gemm

@@ -1,0 +1,8 @@
+// The bfloat16 dgrad kernels of the implicit-GEMM engine (implicit_gemm_kernels.cuh).
+#include "ops/conv2d/implicit_gemm_kernels.cuh"
+
+namespace customconv::implicit_gemm {
+
+bool dgrad_bf16(const ConvProblem& problem) { return dgrad<cutlass::bfloat16_t>(problem); }
+
+}  // namespace customconv::implicit_gemm

@@ -1,0 +1,8 @@
+// The bfloat16 wgrad kernels of the implicit-GEMM engine (implicit_gemm_kernels.cuh).
+#include "ops/conv2d/implicit_gemm_kernels.cuh"
+
+namespace customconv::implicit_gemm {
+
+bool wgrad_bf16(const ConvProblem& problem) { return wgrad<cutlass::bfloat16_t>(problem); }
+
+}  // namespace customconv::implicit_gemm
