@@ -165,9 +165,9 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
   }
   if (format == at::MemoryFormat::ChannelsLast) {
     if (auto out = pointwise_conv2d(kernels.gemm, input_arg, weight_arg, bias, s)) return *out;
-    if (kernels.engines.forward != nullptr) {
-      if (auto out = kernels.engines.forward(input_arg, weight_arg, bias, s)) return *out;
-    }
+  }
+  if (kernels.engines.forward != nullptr) {
+    if (auto out = kernels.engines.forward(input_arg, weight_arg, bias, s)) return *out;
   }
   const Plan p = make_plan(s, input_arg, Pass::kForward);
   at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow}, input_arg.options());
@@ -225,9 +225,9 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
   }
   if (format == at::MemoryFormat::ChannelsLast) {
     if (auto gi = pointwise_conv2d_grad_input(kernels.gemm, grad_output, weight_arg, s)) return *gi;
-    if (kernels.engines.grad_input != nullptr) {
-      if (auto gi = kernels.engines.grad_input(grad_output, input_arg, weight_arg, s)) return *gi;
-    }
+  }
+  if (kernels.engines.grad_input != nullptr) {
+    if (auto gi = kernels.engines.grad_input(grad_output, input_arg, weight_arg, s)) return *gi;
   }
   const Plan p = make_plan(s, input_arg, Pass::kGradInput);
   at::Tensor gi = at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, input_arg.options());
@@ -245,9 +245,8 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
                                    .flip({3, 4})
                                    .transpose(1, 2)
                                    .reshape({s.in.c, p.kg, win.kh, win.kw});
-    // Where the gradient is channels_last and the device has a forward engine
-    // (which reads channels_last), an NCHW grad_output is changed first, as
-    // F.conv2d's backward does.
+    // grad_output in the gradient's format (F.conv2d's backward reads it so),
+    // where the device's forward engine may take it.
     const bool to_engine = kernels.engines.forward != nullptr && grad_output.dim() == 4;
     const at::Tensor go_in = to_engine ? in_format(grad_output) : grad_output;
     return in_format(conv2d_impl(kernels, go_in, rotated, std::nullopt, {1, 1}, {fph, fpw},
@@ -290,9 +289,9 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
   }
   if (format == at::MemoryFormat::ChannelsLast) {
     if (auto gw = pointwise_conv2d_grad_weight(kernels.gemm, grad_output, input_arg, s)) return *gw;
-    if (kernels.engines.grad_weight != nullptr) {
-      if (auto gw = kernels.engines.grad_weight(grad_output, input_arg, weight_arg, s)) return *gw;
-    }
+  }
+  if (kernels.engines.grad_weight != nullptr) {
+    if (auto gw = kernels.engines.grad_weight(grad_output, input_arg, weight_arg, s)) return *gw;
   }
   const Plan p = make_plan(s, input_arg, Pass::kGradWeight);
   const auto dtype = input_arg.scalar_type();

@@ -37,8 +37,9 @@
 namespace customconv {
 
 // A device's engines, each computing a whole pass where it takes the case (the
-// result, in the pass's memory format), or declining (nullopt) and leaving it
-// to im2col + GEMM. Null: the device has none for that pass.
+// result, in the pass's memory format: conv2d_output_format), or declining
+// (nullopt) and leaving it to im2col + GEMM. Null: the device has none for
+// that pass.
 using Conv2dForwardEngine = std::optional<at::Tensor> (*)(const at::Tensor& input,
                                                           const at::Tensor& weight,
                                                           const std::optional<at::Tensor>& bias,

@@ -16,13 +16,25 @@ bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.const
 
 bool fits_int(int64_t v) { return v <= std::numeric_limits<int>::max(); }
 
-// Whether the engine takes the geometry and dtype (any pass): 16-bit, batched,
-// groups 1, C and K multiples of 8 and not zero, every size an int.
-bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+// The channel multiple the kernels need (16-byte vectors): 8 for 16-bit data, 4 for float32.
+int64_t channel_multiple(const at::Tensor& t) { return 16 / t.element_size(); }
+
+// Whether the engine takes the dtype: 16-bit, or float32 where PyTorch's TF32
+// policy for convolutions allows TF32 (the kernels round float32 operands to
+// TF32); otherwise the exact routes take float32.
+bool takes_dtype(const at::Tensor& input) {
   const auto dtype = input.scalar_type();
-  if (dtype != at::kHalf && dtype != at::kBFloat16) return false;
-  if (!s.in.batched || s.groups != 1 || s.in.c == 0 || s.in.c % 8 != 0 || s.k == 0 ||
-      s.k % 8 != 0) {
+  if (dtype == at::kFloat) return at::globalContext().allowTF32CuDNN(at::Float32Op::CONV);
+  return dtype == at::kHalf || dtype == at::kBFloat16;
+}
+
+// Whether the engine takes the geometry and dtype (any pass): batched, groups
+// 1, C and K multiples of channel_multiple() and not zero, every size an int.
+bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  if (!takes_dtype(input)) return false;
+  const int64_t m = channel_multiple(input);
+  if (!s.in.batched || s.groups != 1 || s.in.c == 0 || s.in.c % m != 0 || s.k == 0 ||
+      s.k % m != 0) {
     return false;
   }
   const Window2d& win = s.win;
@@ -33,8 +45,6 @@ bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   return true;
 }
 
-// A channels_last tensor the kernels can read in place: dense and aligned.
-bool readable(const at::Tensor& t) { return t.is_contiguous(kChannelsLast) && aligned16(t); }
 
 at::Tensor empty_channels_last(const at::Tensor& like, int64_t n, int64_t c, int64_t h, int64_t w,
                                at::ScalarType dtype) {
@@ -54,29 +64,98 @@ implicit_gemm::ConvProblem geometry(const at::Tensor& input, const Conv2dShape<i
   return pr;
 }
 
-bool is_half(const at::Tensor& t) { return t.scalar_type() == at::kHalf; }
+// One pass's kernels per element type.
+using Launcher = bool (*)(const implicit_gemm::ConvProblem&);
+struct PassKernels {
+  Launcher f16, bf16, f32;
+  bool operator()(const at::Tensor& t, const implicit_gemm::ConvProblem& pr) const {
+    switch (t.scalar_type()) {
+      case at::kHalf: return f16(pr);
+      case at::kBFloat16: return bf16(pr);
+      default: return f32(pr);
+    }
+  }
+};
+constexpr PassKernels kFprop{&implicit_gemm::fprop_f16, &implicit_gemm::fprop_bf16,
+                             &implicit_gemm::fprop_f32};
+constexpr PassKernels kDgrad{&implicit_gemm::dgrad_f16, &implicit_gemm::dgrad_bf16,
+                             &implicit_gemm::dgrad_f32};
+constexpr PassKernels kWgrad{&implicit_gemm::wgrad_f16, &implicit_gemm::wgrad_bf16,
+                             &implicit_gemm::wgrad_f32};
 
-// Reduction slices for the weight gradient: enough blocks to fill the device
-// twice over, each slice at least 1024 positions long, their float32 planes
-// within 48 MiB.
-int split_k_for(const Conv2dShape<int64_t>& s, int device) {
+int multiprocessors(int device) { return at::cuda::getDeviceProperties(device)->multiProcessorCount; }
+
+// Reduction slices for the forward, 1 unless its 128 x 128 tiles (more than
+// 64 output channels) are fewer than the multiprocessors: then as many slices
+// as bring them to about two blocks per multiprocessor, each slice a whole
+// number of 64-channel reduction steps, and at least 128 channels long.
+int fprop_split_k(const Conv2dShape<int64_t>& s, int device) {
+  if (s.k <= 64) return 1;
+  const int64_t tiles = ((s.in.n * s.oh * s.ow + 127) / 128) * ((s.k + 127) / 128);
+  const int64_t sms = multiprocessors(device);
+  if (tiles >= sms) return 1;
+  int split = int(std::min<int64_t>((2 * sms + tiles - 1) / tiles, s.in.c / 128));
+  while (split > 1 && s.in.c % (split * 64) != 0) --split;
+  return std::max(split, 1);
+}
+
+// Reduction slices for the weight gradient: enough blocks for about two per
+// multiprocessor, each slice at least 1024 positions long, their float32
+// planes within 48 MiB.
+int wgrad_split_k(const Conv2dShape<int64_t>& s, int device) {
   const int64_t tiles = ((s.k + implicit_gemm::kWgradTileRows - 1) / implicit_gemm::kWgradTileRows) *
                         ((s.win.kh * s.win.kw * s.in.c + implicit_gemm::kWgradTileCols - 1) /
                          implicit_gemm::kWgradTileCols);
-  const int64_t wanted = (2 * implicit_gemm::wgrad_resident_blocks(device) + tiles - 1) / tiles;
+  const int64_t wanted = (2 * int64_t(multiprocessors(device)) + tiles - 1) / tiles;
   const int64_t by_length = (s.in.n * s.oh * s.ow) / 1024;
   const int64_t plane_bytes = s.k * s.win.kh * s.win.kw * s.in.c * 4;
   const int64_t by_memory = (int64_t(48) << 20) / plane_bytes;
   return int(std::max<int64_t>(1, std::min({wanted, by_length, by_memory, int64_t(256)})));
 }
 
-}  // namespace
+// t (N, C, H, W) with zero channels appended up to c, channels_last.
+at::Tensor pad_channels(const at::Tensor& t, int64_t c) {
+  return at::constant_pad_nd(t.permute({0, 2, 3, 1}), {0, c - t.size(1)}).permute({0, 3, 1, 2});
+}
 
-std::optional<at::Tensor> implicit_gemm_conv2d(const at::Tensor& input, const at::Tensor& weight,
-                                               const std::optional<at::Tensor>& bias,
-                                               const Conv2dShape<int64_t>& s) {
-  // Channels_last input only: an NCHW input keeps the NCHW route (no hidden layout copy).
-  if (!takes(input, s) || !readable(input)) return std::nullopt;
+// An activation (the input, or grad_output) and the shape as the kernels take
+// them: channels_last, and C a whole number of vectors.
+struct Operand {
+  at::Tensor t;
+  Conv2dShape<int64_t> s;
+};
+
+// `t` (N, C, ...) prepared for the kernels, or nullopt where the engine
+// declines. A channels_last `t` is used in place. An NCHW one is changed to
+// channels_last first, except for 1x1 windows (whose NCHW GEMMs are as fast
+// as the engine without the two layout changes); its results are changed back
+// (conv2d's rule: NCHW in, NCHW out). With `pad` and few input channels that
+// are not a whole vector (an RGB stem: 3; at most 4 vectors), the channels
+// are padded with zeros, which changes the layout in the same copy.
+std::optional<Operand> prepare(const at::Tensor& t, const Conv2dShape<int64_t>& s, bool pad) {
+  if (!takes_dtype(t) || !s.in.batched || t.dim() != 4) return std::nullopt;
+  const bool channels_last = t.is_contiguous(kChannelsLast);
+  if (!channels_last && (!t.is_contiguous() || s.win.kh * s.win.kw == 1)) return std::nullopt;
+  Operand op{t, s};
+  const int64_t m = channel_multiple(t);
+  const bool padded = pad && s.in.c % m != 0 && s.in.c <= 4 * m;
+  if (padded) op.s.in.c = (s.in.c + m - 1) / m * m;
+  if (!takes(t, op.s)) return std::nullopt;
+  if (padded) {
+    op.t = pad_channels(t, op.s.in.c);
+  } else if (!channels_last) {
+    op.t = t.contiguous(kChannelsLast);
+  }
+  if (!aligned16(op.t)) return std::nullopt;
+  return op;
+}
+
+at::Tensor in_format(const at::Tensor& t, const at::Tensor& input, const at::Tensor& weight) {
+  return t.contiguous(conv2d_output_format(input, weight));
+}
+
+std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weight,
+                                const std::optional<at::Tensor>& bias, const Conv2dShape<int64_t>& s) {
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor w = weight.contiguous(kChannelsLast);  // (K, kh, kw, C) in memory
   const bool has_bias = bias.has_value() && bias->defined();
@@ -89,10 +168,27 @@ std::optional<at::Tensor> implicit_gemm_conv2d(const at::Tensor& input, const at
   pr.weight = const_cast<void*>(w.const_data_ptr());
   pr.output = out.mutable_data_ptr();
   pr.bias = has_bias ? b.const_data_ptr() : nullptr;
-  if (!(is_half(input) ? implicit_gemm::fprop_f16(pr) : implicit_gemm::fprop_bf16(pr))) {
-    return std::nullopt;
+  pr.split_k = fprop_split_k(s, pr.device);
+  at::Tensor partial;  // the slices' float32 partial outputs
+  if (pr.split_k > 1) {
+    partial = at::empty({pr.split_k, out.numel()}, input.options().dtype(at::kFloat));
+    pr.workspace = partial.mutable_data_ptr();
   }
+  if (!kFprop(input, pr)) return std::nullopt;
   return out;
+}
+
+}  // namespace
+
+std::optional<at::Tensor> implicit_gemm_conv2d(const at::Tensor& input, const at::Tensor& weight,
+                                               const std::optional<at::Tensor>& bias,
+                                               const Conv2dShape<int64_t>& s) {
+  const auto x = prepare(input, s, true);
+  if (!x) return std::nullopt;
+  const at::Tensor w = x->s.in.c == s.in.c ? weight : pad_channels(weight, x->s.in.c);
+  const auto out = fprop(x->t, w, bias, x->s);
+  if (!out) return std::nullopt;
+  return in_format(*out, input, weight);
 }
 
 std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad_output,
@@ -103,44 +199,45 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
   // strided kernel's.
   const Window2d& win = s.win;
   if ((win.sh == 1 && win.sw == 1) || win.dh != 1 || win.dw != 1) return std::nullopt;
-  if (!takes(input, s) || s.in.n * s.in.h * s.in.w == 0) return std::nullopt;
+  if (s.in.n * s.in.h * s.in.w == 0 || s.oh * s.ow == 0) return std::nullopt;
+  const auto go = prepare(grad_output, s, false);
+  if (!go) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
-  const at::Tensor go = grad_output.contiguous(kChannelsLast);  // as F.conv2d's backward reads it
   const at::Tensor w = weight.contiguous(kChannelsLast);
-  if (!aligned16(go) || !aligned16(w)) return std::nullopt;
+  if (!aligned16(w)) return std::nullopt;
   at::Tensor gi = empty_channels_last(input, s.in.n, s.in.c, s.in.h, s.in.w, input.scalar_type());
   implicit_gemm::ConvProblem pr = geometry(input, s);
   pr.input = gi.mutable_data_ptr();
   pr.weight = const_cast<void*>(w.const_data_ptr());
-  pr.output = const_cast<void*>(go.const_data_ptr());
-  if (!(is_half(input) ? implicit_gemm::dgrad_f16(pr) : implicit_gemm::dgrad_bf16(pr))) {
-    return std::nullopt;
-  }
-  return gi;
+  pr.output = const_cast<void*>(go->t.const_data_ptr());
+  if (!kDgrad(input, pr)) return std::nullopt;
+  return in_format(gi, input, weight);
 }
 
 std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& grad_output,
                                                            const at::Tensor& input,
                                                            const at::Tensor& weight,
                                                            const Conv2dShape<int64_t>& s) {
-  if (!takes(input, s) || !readable(input) || s.in.n * s.oh * s.ow == 0) return std::nullopt;
+  if (s.in.n * s.oh * s.ow == 0) return std::nullopt;
+  const auto x = prepare(input, s, true);
+  if (!x) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor go = grad_output.contiguous(kChannelsLast);
   if (!aligned16(go)) return std::nullopt;
-  implicit_gemm::ConvProblem pr = geometry(input, s);
-  pr.split_k = split_k_for(s, pr.device);
-  if (implicit_gemm::wgrad_resident_blocks(pr.device) == 0) return std::nullopt;
+  const Conv2dShape<int64_t>& xs = x->s;
+  implicit_gemm::ConvProblem pr = geometry(input, xs);
+  pr.split_k = wgrad_split_k(xs, pr.device);
   // The slices' float32 (K, kh, kw, C) planes, summed in order and rounded once.
-  const at::Tensor planes = at::empty({pr.split_k, s.k, s.win.kh, s.win.kw, s.in.c},
+  const at::Tensor planes = at::empty({pr.split_k, xs.k, xs.win.kh, xs.win.kw, xs.in.c},
                                       input.options().dtype(at::kFloat));
-  pr.input = const_cast<void*>(input.const_data_ptr());
+  pr.input = const_cast<void*>(x->t.const_data_ptr());
   pr.output = const_cast<void*>(go.const_data_ptr());
   pr.weight = planes.mutable_data_ptr();
-  if (!(is_half(input) ? implicit_gemm::wgrad_f16(pr) : implicit_gemm::wgrad_bf16(pr))) {
-    return std::nullopt;
-  }
-  // (K, kh, kw, C) in memory: the (K, C, kh, kw) gradient, channels_last.
-  return at::sum(planes, {0}, false, input.scalar_type()).permute({0, 3, 1, 2});
+  if (!kWgrad(input, pr)) return std::nullopt;
+  // (K, kh, kw, C) in memory: the (K, C, kh, kw) gradient, channels_last; the
+  // padded channels' gradient dropped.
+  const at::Tensor gw = at::sum(planes, {0}, false, input.scalar_type()).permute({0, 3, 1, 2});
+  return in_format(xs.in.c == s.in.c ? gw : gw.narrow(1, 0, s.in.c), input, weight);
 }
 
 }  // namespace customconv

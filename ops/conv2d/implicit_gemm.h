@@ -6,8 +6,13 @@
 // headers are found (CUSTOMCONV_WITH_CUTLASS).
 //
 // Takes: CUDA tensors stored channels_last (the input, and grad_output for the
-// gradients), float16 or bfloat16, groups 1, C and K multiples of 8 (16-byte
-// vectors), 16-byte aligned data, every tensor under 2^31 elements. The weight
+// gradients; NCHW ones, except for 1x1 windows, are changed to channels_last
+// first and their results changed back, which is faster than the NCHW routes,
+// and an RGB stem's 3 channels are padded with zeros to a whole vector), float16 or bfloat16, or float32 where PyTorch's TF32 policy for
+// convolutions allows TF32 (torch.backends.cudnn.allow_tf32; the exact routes
+// take it otherwise), groups 1, C and K multiples of 16 bytes (8 channels in
+// 16-bit, 4 in float32), 16-byte aligned data, every tensor under 2^31
+// elements. The weight
 // is read as (K, kh, kw, C): a channels_last weight is used as it is, another
 // is copied into that layout. Results are channels_last, as F.conv2d and its
 // gradients are for channels_last inputs.
@@ -17,7 +22,9 @@
 // matrix product over (N*H*W, C) rows, which cuBLAS computes (pointwise_gemm.h).
 //
 // Routes, each declining (nullopt) where it does not apply:
-//   forward      the fprop kernel;
+//   forward      the fprop kernel; on small planes (too few 128 x 128 output
+//                tiles for the multiprocessors) its reduction split into
+//                float32 partial outputs, added in order with the bias;
 //   grad_input   stride 1: the fprop kernel on grad_output with the weight
 //                rotated (conv2d.cpp does this through the forward engine);
 //                stride > 1, no dilation: CUTLASS's strided dgrad kernel;
@@ -66,21 +73,26 @@ struct ConvProblem {
   int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
   int device;
   void* stream;           // cudaStream_t
-  int split_k = 1;  // wgrad: slices of the reduction, each its own float32 (K, r, s, C) plane
+  // Slices of the reduction, each writing its own float32 partial result:
+  // wgrad writes them to `weight` ((split_k, K, r, s, C)); fprop to `workspace`
+  // ((split_k, N, P, Q, K)), then adds them, with the bias, into `output`.
+  int split_k = 1;
+  void* workspace = nullptr;
 };
 
-// The weight gradient's tile (rows: K, columns: kh*kw*C), and how many of its
-// blocks are resident on the device at once (0: it cannot run there).
+// The weight gradient's tile (rows: K, columns: kh*kw*C).
 constexpr int kWgradTileRows = 128, kWgradTileCols = 128;
-int64_t wgrad_resident_blocks(int device);
 
 // One set per element type, each its own translation unit; false: not launched.
 bool fprop_f16(const ConvProblem& problem);
 bool fprop_bf16(const ConvProblem& problem);
+bool fprop_f32(const ConvProblem& problem);  // TF32
 bool dgrad_f16(const ConvProblem& problem);
 bool dgrad_bf16(const ConvProblem& problem);
+bool dgrad_f32(const ConvProblem& problem);
 bool wgrad_f16(const ConvProblem& problem);
 bool wgrad_bf16(const ConvProblem& problem);
+bool wgrad_f32(const ConvProblem& problem);
 
 }  // namespace implicit_gemm
 }  // namespace customconv

@@ -40,41 +40,71 @@ namespace customconv::implicit_gemm {
 
 using cutlass::gemm::GemmShape;
 using Layout = cutlass::layout::TensorNHWC;
-using Instruction = GemmShape<16, 8, 16>;
 
 template <typename Element>
 constexpr int kVector = 128 / cutlass::sizeof_bits<Element>::value;
 
-template <typename Element, typename kTile, typename kWarp, int kStages>
+// A block tile, its warp tile and its pipeline depth.
+template <typename kTile_, typename kWarp_, int kStages_>
+struct TileConfig {
+  using kTile = kTile_;
+  using kWarp = kWarp_;
+  static constexpr int kStages = kStages_;
+};
+
+// The tiles per element type. 16-bit: 16 x 8 x 16 instructions, 64-deep
+// reduction steps. float32: TF32 instructions (16 x 8 x 8; CUTLASS rounds each
+// float operand to TF32 in the warp's MMA), 32-deep steps (the same bytes).
+template <typename Element>
+struct Tiles {
+  using Instruction = GemmShape<16, 8, 16>;
+  using Narrow = TileConfig<GemmShape<128, 64, 64>, GemmShape<64, 32, 64>, 4>;
+  using Large = TileConfig<GemmShape<128, 128, 64>, GemmShape<64, 64, 64>, 3>;
+  using Wgrad = TileConfig<GemmShape<kWgradTileRows, kWgradTileCols, 32>, GemmShape<64, 64, 32>, 4>;
+};
+template <>
+struct Tiles<float> {
+  using Instruction = GemmShape<16, 8, 8>;
+  using Narrow = TileConfig<GemmShape<128, 64, 32>, GemmShape<64, 32, 32>, 4>;
+  using Large = TileConfig<GemmShape<128, 128, 32>, GemmShape<64, 64, 32>, 3>;
+  using Wgrad = TileConfig<GemmShape<kWgradTileRows, kWgradTileCols, 32>, GemmShape<64, 64, 32>, 3>;
+};
+
+// ElementOut: the output's type (float32 for split-K partial sums).
+template <typename Element, typename Tile, typename ElementOut = Element>
 struct FpropKernel {
-  using Epilogue = cutlass::epilogue::thread::LinearCombination<Element, kVector<Element>, float, float>;
+  using Epilogue =
+      cutlass::epilogue::thread::LinearCombination<ElementOut, kVector<ElementOut>, float, float>;
   using Kernel = typename cutlass::conv::kernel::DefaultConv2dFprop<
-      Element, Layout, Element, Layout, Element, Layout, float, cutlass::arch::OpClassTensorOp,
-      cutlass::arch::Sm80, kTile, kWarp, Instruction, Epilogue,
-      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<4>, kStages,
+      Element, Layout, Element, Layout, ElementOut, Layout, float, cutlass::arch::OpClassTensorOp,
+      cutlass::arch::Sm80, typename Tile::kTile, typename Tile::kWarp,
+      typename Tiles<Element>::Instruction, Epilogue,
+      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<4>, Tile::kStages,
       cutlass::arch::OpMultiplyAdd, cutlass::conv::IteratorAlgorithm::kOptimized>::Kernel;
 };
 
 // Stride > 1 (stride 1 goes through fprop with the rotated weight).
-template <typename Element, typename kTile, typename kWarp, int kStages>
+template <typename Element, typename Tile>
 struct DgradKernel {
   using Epilogue = cutlass::epilogue::thread::LinearCombination<Element, kVector<Element>, float, float>;
   using Kernel = typename cutlass::conv::kernel::DefaultConv2dDgrad<
       Element, Layout, Element, Layout, Element, Layout, float, cutlass::arch::OpClassTensorOp,
-      cutlass::arch::Sm80, kTile, kWarp, Instruction, Epilogue,
-      cutlass::conv::threadblock::StridedDgradIdentityThreadblockSwizzle<1>, kStages,
+      cutlass::arch::Sm80, typename Tile::kTile, typename Tile::kWarp,
+      typename Tiles<Element>::Instruction, Epilogue,
+      cutlass::conv::threadblock::StridedDgradIdentityThreadblockSwizzle<1>, Tile::kStages,
       cutlass::arch::OpMultiplyAdd, cutlass::conv::IteratorAlgorithm::kOptimized,
       cutlass::conv::StrideSupport::kStrided>::Kernel;
 };
 
 // A float32 output (the caller sums the slices and rounds once).
-template <typename Element, typename kTile, typename kWarp, int kStages>
+template <typename Element, typename Tile>
 struct WgradKernel {
   using Epilogue = cutlass::epilogue::thread::LinearCombination<float, 4, float, float>;
   using Kernel = typename cutlass::conv::kernel::DefaultConv2dWgrad<
       Element, Layout, Element, Layout, float, Layout, float, cutlass::arch::OpClassTensorOp,
-      cutlass::arch::Sm80, kTile, kWarp, Instruction, Epilogue,
-      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<4>, kStages,
+      cutlass::arch::Sm80, typename Tile::kTile, typename Tile::kWarp,
+      typename Tiles<Element>::Instruction, Epilogue,
+      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<4>, Tile::kStages,
       cutlass::arch::OpMultiplyAdd, cutlass::conv::IteratorAlgorithm::kOptimized>::Kernel;
 };
 
@@ -110,44 +140,70 @@ bool launch(const typename cutlass::conv::device::ImplicitGemmConvolution<Kernel
   return true;
 }
 
-template <typename Config>
+template <typename Kernel>
 bool launch_fprop(const ConvProblem& pr) {
-  using Kernel = typename Config::Kernel;
   using Element = typename Kernel::ElementA;
+  using ElementOut = typename Kernel::ElementC;
   using Device = cutlass::conv::device::ImplicitGemmConvolution<Kernel>;
   const Layout out_layout = Layout::packed({pr.n, pr.p, pr.q, pr.k});
   // The bias as the epilogue's source: element (n, p, q, k) at offset k.
   const Layout bias_layout{typename Layout::Stride(0)};
-  auto* y = as<Element>(pr.output);
-  auto* b = as<Element>(pr.bias);
+  const bool split = pr.split_k > 1;
+  auto* y = split ? static_cast<ElementOut*>(pr.workspace) : as<ElementOut>(pr.output);
+  auto* b = split ? nullptr : as<ElementOut>(pr.bias);
   const typename Device::Arguments args(
-      problem_size(pr), {as<Element>(pr.input), Layout::packed({pr.n, pr.h, pr.w, pr.c})},
+      problem_size(pr, pr.split_k), {as<Element>(pr.input), Layout::packed({pr.n, pr.h, pr.w, pr.c})},
       {as<Element>(pr.weight), Layout::packed({pr.k, pr.r, pr.s, pr.c})},
-      {b ? b : y, b ? bias_layout : out_layout}, {y, out_layout}, {1.0f, b ? 1.0f : 0.0f});
+      {b ? b : y, b ? bias_layout : out_layout}, {y, out_layout}, {1.0f, b ? 1.0f : 0.0f},
+      split ? cutlass::conv::SplitKMode::kParallel : cutlass::conv::SplitKMode::kSerial);
   return launch<Kernel>(args, pr);
 }
 
-// The tile for the problem: 128 x 64 outputs where there are at most 64 output
-// channels (a 128-wide tile would be half empty); 64 x 64 where 128 x 128
-// tiles would leave multiprocessors idle (small planes: 7x7 and 14x14 at N=32);
-// 128 x 128 otherwise.
+// The split-K forward's last step: out[i] = round(sum over s of part[s][i] + bias[i % K]),
+// the slices added in order. Each thread computes 4 consecutive outputs of one
+// position (K is a multiple of 4), a grid-stride loop over the (N*P*Q*K) / 4 groups.
 template <typename Element>
-bool fprop(const ConvProblem& pr) {
-  using Small = FpropKernel<Element, GemmShape<64, 64, 64>, GemmShape<32, 32, 64>, 5>;
-  using Narrow = FpropKernel<Element, GemmShape<128, 64, 64>, GemmShape<64, 32, 64>, 4>;
-  using Large = FpropKernel<Element, GemmShape<128, 128, 64>, GemmShape<64, 64, 64>, 3>;
-  if (pr.k <= 64) return launch_fprop<Narrow>(pr);
-  const int64_t rows = int64_t(pr.n) * pr.p * pr.q;
-  const int64_t large_tiles = ((rows + 127) / 128) * ((pr.k + 127) / 128);
-  static CachedKernelFit fit(reinterpret_cast<const void*>(&cutlass::Kernel<typename Large::Kernel>),
-                             KernelNeeds{80, 128, sizeof(typename Large::Kernel::SharedStorage)});
-  if (large_tiles < fit.on(pr.device).sms) return launch_fprop<Small>(pr);
-  return launch_fprop<Large>(pr);
+__global__ void sum_slices(const float4* __restrict__ part, const Element* __restrict__ bias,
+                           Element* __restrict__ out, int64_t groups, int64_t k4, int slices) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < groups;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float4 acc = part[i];
+    for (int s = 1; s < slices; ++s) {
+      const float4 v = part[s * groups + i];
+      acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+    }
+    Element* o = out + 4 * i;
+    const int64_t k = 4 * (i % k4);
+    const float b[4] = {bias ? float(bias[k]) : 0.f, bias ? float(bias[k + 1]) : 0.f,
+                        bias ? float(bias[k + 2]) : 0.f, bias ? float(bias[k + 3]) : 0.f};
+    o[0] = Element(acc.x + b[0]), o[1] = Element(acc.y + b[1]);
+    o[2] = Element(acc.z + b[2]), o[3] = Element(acc.w + b[3]);
+  }
 }
 
-template <typename Config>
+// The tile for the problem: 128 x 64 outputs where there are at most 64 output
+// channels (a 128-wide tile would be half empty), 128 x 128 otherwise; with
+// pr.split_k > 1 (small planes, whose 128 x 128 tiles leave multiprocessors
+// idle) the reduction is split into float32 partial sums in pr.workspace,
+// then added by sum_slices.
+template <typename Element>
+bool fprop(const ConvProblem& pr) {
+  using T = Tiles<Element>;
+  if (pr.k <= 64) return launch_fprop<typename FpropKernel<Element, typename T::Narrow>::Kernel>(pr);
+  if (pr.split_k <= 1) return launch_fprop<typename FpropKernel<Element, typename T::Large>::Kernel>(pr);
+  if (!launch_fprop<typename FpropKernel<Element, typename T::Large, float>::Kernel>(pr)) return false;
+  const int64_t groups = int64_t(pr.n) * pr.p * pr.q * pr.k / 4;
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>((groups + threads - 1) / threads, 65535);
+  sum_slices<Element><<<blocks, threads, 0, static_cast<cudaStream_t>(pr.stream)>>>(
+      static_cast<const float4*>(pr.workspace), static_cast<const Element*>(pr.bias),
+      static_cast<Element*>(pr.output), groups, pr.k / 4, pr.split_k);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
+template <typename Kernel>
 bool launch_dgrad(const ConvProblem& pr) {
-  using Kernel = typename Config::Kernel;
   using Element = typename Kernel::ElementA;
   using Device = cutlass::conv::device::ImplicitGemmConvolution<Kernel>;
   const Layout in_layout = Layout::packed({pr.n, pr.h, pr.w, pr.c});
@@ -162,17 +218,14 @@ bool launch_dgrad(const ConvProblem& pr) {
 // 128 x 64 tiles where there are at most 64 input channels, else 128 x 128.
 template <typename Element>
 bool dgrad(const ConvProblem& pr) {
+  using T = Tiles<Element>;
   if (pr.stride_h == 1 && pr.stride_w == 1) return false;
-  if (pr.c <= 64) {
-    return launch_dgrad<DgradKernel<Element, GemmShape<128, 64, 64>, GemmShape<64, 32, 64>, 4>>(pr);
-  }
-  return launch_dgrad<DgradKernel<Element, GemmShape<128, 128, 64>, GemmShape<64, 64, 64>, 3>>(pr);
+  if (pr.c <= 64) return launch_dgrad<typename DgradKernel<Element, typename T::Narrow>::Kernel>(pr);
+  return launch_dgrad<typename DgradKernel<Element, typename T::Large>::Kernel>(pr);
 }
 
-// The wgrad tile (rows: K, columns: r*s*c), as implicit_gemm.h states it.
-using WgradTile = GemmShape<kWgradTileRows, kWgradTileCols, 32>;
 template <typename Element>
-using Wgrad = WgradKernel<Element, WgradTile, GemmShape<64, 64, 32>, 4>;
+using Wgrad = WgradKernel<Element, typename Tiles<Element>::Wgrad>;
 
 template <typename Element>
 bool wgrad(const ConvProblem& pr) {
@@ -186,14 +239,6 @@ bool wgrad(const ConvProblem& pr) {
       {gw, w_layout}, {1.0f, 0.0f},
       pr.split_k > 1 ? cutlass::conv::SplitKMode::kParallel : cutlass::conv::SplitKMode::kSerial);
   return launch<Kernel>(args, pr);
-}
-
-template <typename Element>
-int64_t wgrad_resident(int device) {
-  using Kernel = typename Wgrad<Element>::Kernel;
-  static CachedKernelFit fit(reinterpret_cast<const void*>(&cutlass::Kernel<Kernel>),
-                             KernelNeeds{80, Kernel::kThreadCount, sizeof(typename Kernel::SharedStorage)});
-  return fit.on(device).resident_blocks();
 }
 
 }  // namespace customconv::implicit_gemm

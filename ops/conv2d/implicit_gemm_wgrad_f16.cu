@@ -5,7 +5,4 @@ namespace customconv::implicit_gemm {
 
 bool wgrad_f16(const ConvProblem& problem) { return wgrad<cutlass::half_t>(problem); }
 
-// Both element types' wgrad kernels have the same tile, threads and shared memory.
-int64_t wgrad_resident_blocks(int device) { return wgrad_resident<cutlass::half_t>(device); }
-
 }  // namespace customconv::implicit_gemm

@@ -1,21 +1,24 @@
-"""conv2d's implicit-GEMM forward on CUDA (ops/conv2d/implicit_gemm.h):
-channels_last float16 and bfloat16 inputs with channel counts that are
-multiples of 8 and groups 1, against F.conv2d in float64 on random
-geometries (kernel, stride, padding, dilation, bias), with the gradients of
-the backward ops alongside; the output is channels_last, as F.conv2d gives;
-inputs the engine declines (NCHW, channels not a multiple of 8, groups) keep
-the other route and the same results."""
+"""conv2d's implicit-GEMM engine on CUDA (ops/conv2d/implicit_gemm.h) and the
+pointwise GEMMs (ops/conv2d/pointwise_gemm.h): channels_last float16 and
+bfloat16 inputs with channel counts that are multiples of 8 and groups 1,
+forward and both gradients, against F.conv2d in float64 on random geometries
+(kernel, stride, padding, dilation, bias); results are channels_last, as
+F.conv2d gives, and the weight gradient is reproducible bit for bit; inputs the
+engine declines (NCHW, channels not a multiple of 8, groups) keep the other
+route and the same results."""
 
 import random
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from testlib import ConvConfig, check_conv_case, cuda, make_tensor, ops
 
 pytestmark = cuda
 
-DTYPES = [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id="bf16")]
+DTYPES = [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id="bf16"),
+          pytest.param(torch.float32, id="tf32")]  # float32: TF32 is PyTorch's default for convolutions
 
 
 def engine_config(rng: random.Random, **fixed) -> ConvConfig:
@@ -60,13 +63,46 @@ def test_implicit_gemm_matches_torch_on_random_channels_last_configs(dtype, idx,
     dict(in_channels=256, out_channels=64, kernel=(1, 1), stride=(1, 1), padding=(0, 0), size=(56, 56)),
     dict(in_channels=512, out_channels=2048, kernel=(1, 1), stride=(1, 1), padding=(0, 0), size=(7, 7)),
     dict(in_channels=256, out_channels=256, kernel=(3, 3), stride=(1, 1), padding=(1, 1), size=(14, 14)),
-], ids=["64-56-3x3", "128-56-3x3-s2", "256to64-1x1", "512to2048-7", "256-14-3x3"])
+    dict(in_channels=512, out_channels=512, kernel=(3, 3), stride=(1, 1), padding=(1, 1), size=(7, 7)),
+    dict(in_channels=256, out_channels=512, kernel=(1, 1), stride=(2, 2), padding=(0, 0), size=(28, 28)),
+    dict(in_channels=3, out_channels=64, kernel=(7, 7), stride=(2, 2), padding=(3, 3), size=(40, 40)),
+], ids=["64-56-3x3", "128-56-3x3-s2", "256to64-1x1", "512to2048-7", "256-14-3x3", "512-7-3x3",
+        "256to512-1x1-s2", "stem-3to64-7x7-s2"])
 def test_implicit_gemm_matches_torch_on_resnet_layers(dtype, layer, gen, seed):
+    # Forward and both gradients: the fprop tiles (narrow, large, split-K on
+    # small planes), the strided dgrad, the split-K wgrad, the pointwise GEMMs
+    # and the RGB stem (its 3 channels padded to a whole vector).
     cfg = ConvConfig(batch=2, groups=1, dilation=(1, 1), bias=True, input_layout="channels_last",
                      weight_layout="channels_last", grad_layout="channels_last", **layer)
-    out = check_conv_case(conv2d_of(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}",
-                          need=())
+    out = check_conv_case(conv2d_of(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
     assert out.is_contiguous(memory_format=torch.channels_last), cfg
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kernel", [1, 3], ids=["1x1", "3x3"])
+@pytest.mark.parametrize("stride", [1, 2], ids=["s1", "s2"])
+def test_implicit_gemm_gradients_are_channels_last_and_the_weight_gradient_reproducible(
+        dtype, kernel, stride, gen):
+    # A reduction long enough to be split into slices (8 images of 40x40):
+    # the same inputs give bitwise the same weight gradient; both gradients
+    # are channels_last, as F.conv2d's are, and match float64.
+    x = make_tensor((8, 64, 40, 40), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((96, 64, kernel, kernel), dtype, "cuda", "channels_last", gen)
+    args = ([stride, stride], [kernel // 2, kernel // 2], [1, 1], 1)
+    y = F.conv2d(x.double(), w.double(), None, stride, kernel // 2)
+    go = make_tensor(y.shape, dtype, "cuda", "channels_last", gen)
+    gw = [ops.conv2d_grad_weight(go, x, w, *args) for _ in range(3)]
+    assert all(torch.equal(gw[0], g) for g in gw[1:])
+    gx = ops.conv2d_grad_input(go, x, w, *args)
+    for got in (gx, gw[0]):
+        assert got.is_contiguous(memory_format=torch.channels_last)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    want_gx, want_gw = torch.autograd.grad(F.conv2d(x64, w64, None, stride, kernel // 2), (x64, w64),
+                                           go.double())
+    scale = go.double().abs().mean() * x.double().abs().mean()
+    torch.testing.assert_close(gx.double(), want_gx, rtol=2e-2, atol=float(scale) * 0.5)
+    torch.testing.assert_close(gw[0].double(), want_gw, rtol=2e-2,
+                               atol=float(scale) * 8 * 40 * 40 / stride ** 2 * 1e-2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -100,3 +136,24 @@ def test_implicit_gemm_runs_on_the_current_stream_and_in_a_cuda_graph(gen):
     torch.cuda.synchronize()
     torch.testing.assert_close(out, ops.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 1), rtol=0, atol=0)
     assert not torch.equal(out, want)
+
+
+@pytest.mark.parametrize("kernel", [1, 3], ids=["1x1", "3x3"])
+def test_float32_without_tf32_takes_the_exact_route(kernel, gen):
+    # torch.backends.cudnn.allow_tf32 = False: no TF32 anywhere, so float32
+    # matches float64 to float32's own rounding; with TF32 allowed it does not.
+    x = make_tensor((4, 64, 24, 24), torch.float32, "cuda", "channels_last", gen)
+    w = make_tensor((64, 64, kernel, kernel), torch.float32, "cuda", "channels_last", gen)
+    want = F.conv2d(x.double(), w.double(), None, 1, kernel // 2)
+    args = ([1, 1], [kernel // 2, kernel // 2], [1, 1], 1)
+    saved = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = False
+        exact = ops.conv2d(x, w, None, *args)
+        torch.backends.cudnn.allow_tf32 = True
+        tf32 = ops.conv2d(x, w, None, *args)
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    assert exact.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(exact.double(), want, rtol=1e-5, atol=1e-4)
+    assert (tf32.double() - want).abs().max() > (exact.double() - want).abs().max()

@@ -109,6 +109,43 @@ def test_conv2d_output_memory_format_is_f_conv2ds_and_the_meta_kernels(device, w
     assert got.stride() == F.conv2d(x, depthwise, None, 1, 1, 1, 16).stride()
 
 
+def formats(t: torch.Tensor):
+    return t.is_contiguous(), t.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("layouts", [("contiguous", "contiguous"), ("channels_last", "contiguous"),
+                                     ("contiguous", "channels_last"), ("channels_last", "channels_last")],
+                         ids=["nchw", "input-cl", "weight-cl", "both-cl"])
+@pytest.mark.parametrize("window", [(1, 1, 1), (1, 2, 1), (3, 1, 1), (3, 2, 1), (3, 2, 4)],
+                         ids=["1x1", "1x1-s2", "3x3", "3x3-s2", "3x3-g4"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_conv2d_gradients_take_f_conv2ds_memory_format_and_the_meta_kernels(device, dtype, window,
+                                                                            layouts, gen):
+    # grad_input and grad_weight are channels_last when the input or the weight
+    # is (F.conv2d's backward), on every route: one GEMM (1x1), the engines
+    # (channels_last float16 on CUDA), im2col + GEMM, grouped; the meta kernels agree.
+    if dtype == torch.float16 and device == "cpu":
+        dtype = torch.bfloat16
+    k, s, groups = window
+    x = make_tensor((2, 16, 7, 6), dtype, device, layouts[0], gen, True)
+    w = make_tensor((8, 16 // groups, k, k), dtype, device, layouts[1], gen, True)
+    args = ([s, s], [k // 2, k // 2], [1, 1], groups)
+    want = F.conv2d(x, w, None, s, k // 2, 1, groups)
+    go = make_tensor(want.shape, dtype, device, "channels_last", gen)
+    want_gx, want_gw = torch.autograd.grad(want, (x, w), go)
+    gx = ops.conv2d_grad_input(go, x, w, *args)
+    gw = ops.conv2d_grad_weight(go, x, w, *args)
+    assert formats(gx) == formats(want_gx), (gx.stride(), want_gx.stride())
+    assert formats(gw) == formats(want_gw), (gw.stride(), want_gw.stride())
+    meta = [t.detach().to("meta") for t in (go, x, w)]
+    assert formats(ops.conv2d_grad_input(*meta, *args)) == formats(want_gx)
+    assert formats(ops.conv2d_grad_weight(*meta, *args)) == formats(want_gw)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=5e-2)
+    torch.testing.assert_close(gx, want_gx, **tol)
+    torch.testing.assert_close(gw, want_gw, **tol)
+
+
 def test_conv2d_compiled_for_training_on_channels_last_keeps_the_traced_strides(gen):
     # torch.compile checks every custom op's output strides against its meta
     # kernel's: the CPU's one-GEMM 1x1 route and the column route alike.

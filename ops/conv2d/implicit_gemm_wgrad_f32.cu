@@ -1,0 +1,8 @@
+// The float32 (TF32) wgrad kernels of the implicit-GEMM engine (implicit_gemm_kernels.cuh).
+#include "ops/conv2d/implicit_gemm_kernels.cuh"
+
+namespace customconv::implicit_gemm {
+
+bool wgrad_f32(const ConvProblem& problem) { return wgrad<float>(problem); }
+
+}  // namespace customconv::implicit_gemm
