@@ -28,12 +28,14 @@ bool takes_dtype(const at::Tensor& input) {
   return dtype == at::kHalf || dtype == at::kBFloat16;
 }
 
-// Whether the engine takes the geometry and dtype (any pass): batched, groups
-// 1, C and K multiples of channel_multiple() and not zero, every size an int.
+// Whether the engine takes the geometry and dtype: batched, groups 1, C and K
+// multiples of channel_multiple() and not zero (or, for the forward, fewer
+// input channels in groups of kFewChannels), every size an int.
 bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   if (!takes_dtype(input)) return false;
   const int64_t m = channel_multiple(input);
-  if (!s.in.batched || s.groups != 1 || s.in.c == 0 || s.in.c % m != 0 || s.k == 0 ||
+  const bool few = s.in.c < m && s.in.c % implicit_gemm::kFewChannels == 0;
+  if (!s.in.batched || s.groups != 1 || s.in.c == 0 || (s.in.c % m != 0 && !few) || s.k == 0 ||
       s.k % m != 0) {
     return false;
   }
@@ -86,14 +88,16 @@ constexpr PassKernels kWgrad{&implicit_gemm::wgrad_f16, &implicit_gemm::wgrad_bf
 int multiprocessors(int device) { return at::cuda::getDeviceProperties(device)->multiProcessorCount; }
 
 // Reduction slices for the forward, 1 unless its 128 x 128 tiles (more than
-// 64 output channels) are fewer than the multiprocessors: then as many slices
+// 64 output channels) fill at most half the multiprocessors: then as many slices
 // as bring them to about two blocks per multiprocessor, each slice a whole
 // number of 64-channel reduction steps, and at least 128 channels long.
 int fprop_split_k(const Conv2dShape<int64_t>& s, int device) {
   if (s.k <= 64) return 1;
   const int64_t tiles = ((s.in.n * s.oh * s.ow + 127) / 128) * ((s.k + 127) / 128);
   const int64_t sms = multiprocessors(device);
-  if (tiles >= sms) return 1;
+  // (With half the multiprocessors busy or more, splitting measured slower:
+  // ResNet-50's 14x14 3x3 layer at N=32 has 98 tiles on 132 SMs.)
+  if (2 * tiles > sms) return 1;
   int split = int(std::min<int64_t>((2 * sms + tiles - 1) / tiles, s.in.c / 128));
   while (split > 1 && s.in.c % (split * 64) != 0) --split;
   return std::max(split, 1);
@@ -126,26 +130,19 @@ struct Operand {
 };
 
 // `t` (N, C, ...) prepared for the kernels, or nullopt where the engine
-// declines. A channels_last `t` is used in place. An NCHW one is changed to
-// channels_last first, except for 1x1 windows (whose NCHW GEMMs are as fast
-// as the engine without the two layout changes); its results are changed back
-// (conv2d's rule: NCHW in, NCHW out). With `pad` and few input channels that
-// are not a whole vector (an RGB stem: 3; at most 4 vectors), the channels
-// are padded with zeros, which changes the layout in the same copy.
-std::optional<Operand> prepare(const at::Tensor& t, const Conv2dShape<int64_t>& s, bool pad) {
+// declines: channels_last, used in place (an NCHW tensor keeps the NCHW
+// routes: changing its layout there and back costs more than the engine saves,
+// measured on ResNet-50's layers). With `pad` > 0 and fewer input channels than
+// a vector, the channels are padded with zeros to a multiple of `pad` (an RGB
+// stem's 3 channels), in one small copy.
+std::optional<Operand> prepare(const at::Tensor& t, const Conv2dShape<int64_t>& s, int64_t pad) {
   if (!takes_dtype(t) || !s.in.batched || t.dim() != 4) return std::nullopt;
-  const bool channels_last = t.is_contiguous(kChannelsLast);
-  if (!channels_last && (!t.is_contiguous() || s.win.kh * s.win.kw == 1)) return std::nullopt;
+  if (!t.is_contiguous(kChannelsLast)) return std::nullopt;
   Operand op{t, s};
-  const int64_t m = channel_multiple(t);
-  const bool padded = pad && s.in.c % m != 0 && s.in.c <= 4 * m;
-  if (padded) op.s.in.c = (s.in.c + m - 1) / m * m;
+  const bool padded = pad > 0 && s.in.c < channel_multiple(t) && s.in.c % pad != 0;
+  if (padded) op.s.in.c = (s.in.c + pad - 1) / pad * pad;
   if (!takes(t, op.s)) return std::nullopt;
-  if (padded) {
-    op.t = pad_channels(t, op.s.in.c);
-  } else if (!channels_last) {
-    op.t = t.contiguous(kChannelsLast);
-  }
+  if (padded) op.t = pad_channels(t, op.s.in.c);
   if (!aligned16(op.t)) return std::nullopt;
   return op;
 }
@@ -183,7 +180,7 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
 std::optional<at::Tensor> implicit_gemm_conv2d(const at::Tensor& input, const at::Tensor& weight,
                                                const std::optional<at::Tensor>& bias,
                                                const Conv2dShape<int64_t>& s) {
-  const auto x = prepare(input, s, true);
+  const auto x = prepare(input, s, implicit_gemm::kFewChannels);
   if (!x) return std::nullopt;
   const at::Tensor w = x->s.in.c == s.in.c ? weight : pad_channels(weight, x->s.in.c);
   const auto out = fprop(x->t, w, bias, x->s);
@@ -200,7 +197,8 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
   const Window2d& win = s.win;
   if ((win.sh == 1 && win.sw == 1) || win.dh != 1 || win.dw != 1) return std::nullopt;
   if (s.in.n * s.in.h * s.in.w == 0 || s.oh * s.ow == 0) return std::nullopt;
-  const auto go = prepare(grad_output, s, false);
+  if (s.in.c % channel_multiple(input) != 0) return std::nullopt;
+  const auto go = prepare(grad_output, s, 0);
   if (!go) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor w = weight.contiguous(kChannelsLast);
@@ -219,7 +217,7 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& gra
                                                            const at::Tensor& weight,
                                                            const Conv2dShape<int64_t>& s) {
   if (s.in.n * s.oh * s.ow == 0) return std::nullopt;
-  const auto x = prepare(input, s, true);
+  const auto x = prepare(input, s, channel_multiple(input));
   if (!x) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor go = grad_output.contiguous(kChannelsLast);

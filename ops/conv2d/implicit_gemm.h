@@ -6,25 +6,27 @@
 // headers are found (CUSTOMCONV_WITH_CUTLASS).
 //
 // Takes: CUDA tensors stored channels_last (the input, and grad_output for the
-// gradients; NCHW ones, except for 1x1 windows, are changed to channels_last
-// first and their results changed back, which is faster than the NCHW routes,
-// and an RGB stem's 3 channels are padded with zeros to a whole vector), float16 or bfloat16, or float32 where PyTorch's TF32 policy for
+// gradients), float16 or bfloat16, or float32 where PyTorch's TF32 policy for
 // convolutions allows TF32 (torch.backends.cudnn.allow_tf32; the exact routes
 // take it otherwise), groups 1, C and K multiples of 16 bytes (8 channels in
 // 16-bit, 4 in float32), 16-byte aligned data, every tensor under 2^31
-// elements. The weight
-// is read as (K, kh, kw, C): a channels_last weight is used as it is, another
-// is copied into that layout. Results are channels_last, as F.conv2d and its
-// gradients are for channels_last inputs.
+// elements. The weight is read as (K, kh, kw, C): a channels_last weight is
+// used as it is, another is copied into that layout. Results are
+// channels_last, as F.conv2d and its gradients are for channels_last inputs.
+//
+// Fewer input channels than a vector (an RGB stem) are padded with zeros to a
+// multiple of kFewChannels for the forward, whose kernel then reads the
+// (r, s, c) reduction as one run (CUTLASS's few-channels iterators), and to a
+// vector for the weight gradient.
 //
 // Pointwise layers (1x1, stride 1, no padding) of any floating dtype skip the
 // convolution kernels: on channels_last data each of their passes is one
 // matrix product over (N*H*W, C) rows, which cuBLAS computes (pointwise_gemm.h).
 //
 // Routes, each declining (nullopt) where it does not apply:
-//   forward      the fprop kernel; on small planes (too few 128 x 128 output
-//                tiles for the multiprocessors) its reduction split into
-//                float32 partial outputs, added in order with the bias;
+//   forward      the fprop kernel; on small planes (128 x 128 output tiles
+//                for at most half the multiprocessors) its reduction split
+//                into float32 partial outputs, added in order with the bias;
 //   grad_input   stride 1: the fprop kernel on grad_output with the weight
 //                rotated (conv2d.cpp does this through the forward engine);
 //                stride > 1, no dilation: CUTLASS's strided dgrad kernel;
@@ -79,6 +81,9 @@ struct ConvProblem {
   int split_k = 1;
   void* workspace = nullptr;
 };
+
+// The forward's channel group below a vector (8-byte loads in 16-bit).
+constexpr int kFewChannels = 4;
 
 // The weight gradient's tile (rows: K, columns: kh*kw*C).
 constexpr int kWgradTileRows = 128, kWgradTileCols = 128;
