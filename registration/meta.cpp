@@ -58,7 +58,8 @@ at::Tensor depthwise_conv2d_meta(const at::Tensor& input, const at::Tensor& weig
                                  c10::IntArrayRef padding, c10::IntArrayRef dilation) {
   const auto s = check_depthwise_conv2d<Sym>("depthwise_conv2d", input, weight, bias, stride,
                                              padding, dilation);
-  return at::empty_symint(image_sizes(s.in.batched, s.in.n, s.k, s.oh, s.ow), input.options());
+  return at::empty_symint(image_sizes(s.in.batched, s.in.n, s.k, s.oh, s.ow),
+                          input.options().memory_format(conv2d_output_format(input, weight)));
 }
 
 // The backward ops return a tensor shaped like `like` (the input or the weight).
@@ -67,7 +68,8 @@ at::Tensor depthwise_grad_meta(const char* op, const at::Tensor& grad_output,
                                c10::IntArrayRef stride, c10::IntArrayRef padding,
                                c10::IntArrayRef dilation, const at::Tensor& like) {
   check_depthwise_conv2d_backward<Sym>(op, grad_output, input, weight, stride, padding, dilation);
-  return at::empty_symint(like.sym_sizes(), like.options());
+  return at::empty_symint(like.sym_sizes(),
+                          like.options().memory_format(conv2d_output_format(input, weight)));
 }
 
 at::Tensor depthwise_conv2d_grad_input_meta(const at::Tensor& grad_output, const at::Tensor& input,
@@ -89,7 +91,8 @@ std::tuple<at::Tensor, at::Tensor> depthwise_conv2d_grad_weight_bias_meta(
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation) {
   const auto s = check_depthwise_conv2d_backward<Sym>(
       "depthwise_conv2d_grad_weight_bias", grad_output, input, weight, stride, padding, dilation);
-  return {at::empty_symint(weight.sym_sizes(), weight.options()),
+  return {at::empty_symint(weight.sym_sizes(),
+                           weight.options().memory_format(conv2d_output_format(input, weight))),
           at::empty_symint({s.k}, grad_output.options())};
 }
 

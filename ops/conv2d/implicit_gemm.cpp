@@ -192,10 +192,9 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
                                                           const at::Tensor& input,
                                                           const at::Tensor& weight,
                                                           const Conv2dShape<int64_t>& s) {
-  // Stride 1 is the forward kernel's (conv2d.cpp); dilation is not the
-  // strided kernel's.
+  // Dilation is not the strided kernel's.
   const Window2d& win = s.win;
-  if ((win.sh == 1 && win.sw == 1) || win.dh != 1 || win.dw != 1) return std::nullopt;
+  if ((win.sh != 1 || win.sw != 1) && (win.dh != 1 || win.dw != 1)) return std::nullopt;
   if (s.in.n * s.in.h * s.in.w == 0 || s.oh * s.ow == 0) return std::nullopt;
   if (s.in.c % channel_multiple(input) != 0) return std::nullopt;
   const auto go = prepare(grad_output, s, 0);

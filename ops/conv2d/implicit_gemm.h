@@ -27,9 +27,8 @@
 //   forward      the fprop kernel; on small planes (128 x 128 output tiles
 //                for at most half the multiprocessors) its reduction split
 //                into float32 partial outputs, added in order with the bias;
-//   grad_input   stride 1: the fprop kernel on grad_output with the weight
-//                rotated (conv2d.cpp does this through the forward engine);
-//                stride > 1, no dilation: CUTLASS's strided dgrad kernel;
+//   grad_input   CUTLASS's dgrad kernels: unit stride (any dilation), or
+//                strided without dilation, the weight read as it is;
 //   grad_weight  the wgrad kernel, its long reduction (N*P*Q) split into
 //                slices that fill the device, each written to its own float32
 //                plane (parallel split-K), then summed in a fixed order and

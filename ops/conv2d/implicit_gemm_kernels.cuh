@@ -7,7 +7,7 @@
 //          reduction over (r, s, c);
 //   dgrad  rows: input positions (N*H*W; with stride > 1, one sub-problem per
 //          stride phase, so that every row's taps are regular), columns: input
-//          channels (C), reduction over (r, s, k);
+//          channels (C), reduction over (r, s, k), the weight read in place;
 //   wgrad  rows: output channels (K), columns: (r, s, c), reduction over the
 //          output positions (N*P*Q), split into `split_k` slices, each written
 //          to its own float32 plane of the output (parallel split-K).
@@ -97,7 +97,20 @@ struct FewChannelsFpropKernel {
       cutlass::conv::StrideSupport::kStrided, kFewChannels, kFewChannels>::Kernel;
 };
 
-// Stride > 1 (stride 1 goes through fprop with the rotated weight).
+// Stride 1: each input position's taps are the output positions around it.
+template <typename Element, typename Tile>
+struct UnityDgradKernel {
+  using Epilogue = cutlass::epilogue::thread::LinearCombination<Element, kVector<Element>, float, float>;
+  using Kernel = typename cutlass::conv::kernel::DefaultConv2dDgrad<
+      Element, Layout, Element, Layout, Element, Layout, float, cutlass::arch::OpClassTensorOp,
+      cutlass::arch::Sm80, typename Tile::kTile, typename Tile::kWarp,
+      typename Tiles<Element>::Instruction, Epilogue,
+      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<4>, Tile::kStages,
+      cutlass::arch::OpMultiplyAdd, cutlass::conv::IteratorAlgorithm::kOptimized,
+      cutlass::conv::StrideSupport::kUnity>::Kernel;
+};
+
+// Stride > 1: one sub-problem per stride phase (no dilation).
 template <typename Element, typename Tile>
 struct DgradKernel {
   using Epilogue = cutlass::epilogue::thread::LinearCombination<Element, kVector<Element>, float, float>;
@@ -233,12 +246,17 @@ bool launch_dgrad(const ConvProblem& pr) {
   return launch<Kernel>(args, pr);
 }
 
-// 128 x 64 tiles where there are at most 64 input channels, else 128 x 128.
+// The unit-stride or the strided kernel; 128 x 64 tiles where there are at
+// most 64 input channels, else 128 x 128.
 template <typename Element>
 bool dgrad(const ConvProblem& pr) {
   using T = Tiles<Element>;
-  if (pr.stride_h == 1 && pr.stride_w == 1) return false;
-  if (pr.c <= 64) return launch_dgrad<typename DgradKernel<Element, typename T::Narrow>::Kernel>(pr);
+  const bool narrow = pr.c <= 64;
+  if (pr.stride_h == 1 && pr.stride_w == 1) {
+    if (narrow) return launch_dgrad<typename UnityDgradKernel<Element, typename T::Narrow>::Kernel>(pr);
+    return launch_dgrad<typename UnityDgradKernel<Element, typename T::Large>::Kernel>(pr);
+  }
+  if (narrow) return launch_dgrad<typename DgradKernel<Element, typename T::Narrow>::Kernel>(pr);
   return launch_dgrad<typename DgradKernel<Element, typename T::Large>::Kernel>(pr);
 }
 

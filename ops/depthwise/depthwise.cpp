@@ -18,7 +18,8 @@ at::Tensor depthwise_conv2d_impl(const DepthwiseKernels& kernels, const at::Tens
     kernels.forward(as_batch(input, s.in.batched), weight.contiguous(), b, out, s.win,
                     s.k / s.in.c);
   }
-  return unbatch(out, s.in.batched);
+  // F.conv2d's memory format (conv2d_output_format): the kernels write NCHW.
+  return unbatch(out, s.in.batched).contiguous(conv2d_output_format(input, weight));
 }
 
 at::Tensor depthwise_conv2d_grad_input_impl(const DepthwiseKernels& kernels,
@@ -33,7 +34,7 @@ at::Tensor depthwise_conv2d_grad_input_impl(const DepthwiseKernels& kernels,
     kernels.grad_input(as_batch(grad_output, s.in.batched), weight.contiguous(), gi, s.win,
                        s.k / s.in.c);
   }
-  return unbatch(gi, s.in.batched);
+  return unbatch(gi, s.in.batched).contiguous(conv2d_output_format(input, weight));
 }
 
 namespace {
@@ -51,7 +52,7 @@ std::tuple<at::Tensor, at::Tensor> grad_params(const char* op, const DepthwiseKe
   if (s.in.n == 0) {
     gw.zero_();
     if (with_bias) gb.zero_();
-    return {gw, gb};
+    return {gw.contiguous(conv2d_output_format(input, weight)), gb};
   }
   const at::Tensor go = as_batch(grad_output, s.in.batched);
   const at::Tensor in = as_batch(input, s.in.batched);
@@ -63,7 +64,7 @@ std::tuple<at::Tensor, at::Tensor> grad_params(const char* op, const DepthwiseKe
     kernels.grad_weight(go, in, gw, s.win, mult);
     at::sum_out(gb, go, {0, 2, 3});
   }
-  return {gw, gb};
+  return {gw.contiguous(conv2d_output_format(input, weight)), gb};
 }
 
 }  // namespace

@@ -86,6 +86,10 @@ def test_cpu_channels_last_windows_gathered_into_rows_match_torch(dtype, idx, rn
     assert out.is_contiguous(memory_format=torch.channels_last) or ambiguous, cfg
 
 
+def formats(t: torch.Tensor):
+    return t.is_contiguous(), t.is_contiguous(memory_format=torch.channels_last)
+
+
 @pytest.mark.parametrize("layouts", [("contiguous", "contiguous"), ("channels_last", "contiguous"),
                                      ("contiguous", "channels_last"), ("channels_last", "channels_last")],
                          ids=["nchw", "input-cl", "weight-cl", "both-cl"])
@@ -105,12 +109,24 @@ def test_conv2d_output_memory_format_is_f_conv2ds_and_the_meta_kernels(device, w
     assert ops.conv2d(x.to("meta"), w.to("meta"), b.to("meta"), *args).stride() == want.stride()
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
     depthwise = make_tensor((16, 1, 3, 3), torch.float32, device, layouts[1], gen)
+    want = F.conv2d(x, depthwise, None, 1, 1, 1, 16)
     got = ops.conv2d(x, depthwise, None, [1, 1], [1, 1], [1, 1], 16)
-    assert got.stride() == F.conv2d(x, depthwise, None, 1, 1, 1, 16).stride()
-
-
-def formats(t: torch.Tensor):
-    return t.is_contiguous(), t.is_contiguous(memory_format=torch.channels_last)
+    assert got.stride() == want.stride()
+    # depthwise_conv2d itself, its gradients and its meta kernels follow the same rule.
+    got = ops.depthwise_conv2d(x, depthwise, None, [1, 1], [1, 1], [1, 1])
+    assert got.stride() == want.stride()
+    meta = [t.to("meta") for t in (x, depthwise)]
+    assert ops.depthwise_conv2d(*meta, None, [1, 1], [1, 1], [1, 1]).stride() == want.stride()
+    xg, wg = x.clone().requires_grad_(), depthwise.clone().requires_grad_()
+    go = torch.randn_like(want)
+    want_gx, want_gw = torch.autograd.grad(F.conv2d(xg, wg, None, 1, 1, 1, 16), (xg, wg), go)
+    win = ([1, 1], [1, 1], [1, 1])
+    for got, want_g, meta_g in (
+            (ops.depthwise_conv2d_grad_input(go, x, depthwise, *win), want_gx,
+             ops.depthwise_conv2d_grad_input(go.to("meta"), *meta, *win)),
+            (ops.depthwise_conv2d_grad_weight(go, x, depthwise, *win), want_gw,
+             ops.depthwise_conv2d_grad_weight(go.to("meta"), *meta, *win))):
+        assert formats(got) == formats(want_g) == formats(meta_g), (got.stride(), want_g.stride())
 
 
 @pytest.mark.parametrize("layouts", [("contiguous", "contiguous"), ("channels_last", "contiguous"),

@@ -1,0 +1,116 @@
+"""Whole-model latency of customconv.convert(model) against the same model in
+PyTorch eager: torchvision's ResNet-50 and ResNeXt-50 32x4d, inference at N=32,
+224x224, in float32 (TF32 as PyTorch's default for convolutions) and float16,
+NCHW and channels_last. Each side is timed with CUDA events around `--iters`
+forward calls after a warm-up (median of 5 rounds); both run the same weights,
+and the converted model's output is checked against the original's.
+
+    python3 bench/e2e_convert.py [--device cuda] [--batch 32] [--iters 20]
+                                 [--out bench/results/e2e]
+
+Writes <out>/<device>.{json,md}: ms per forward for each model, dtype and
+layout, and the speedup (PyTorch ms / ours ms; above 1: ours is faster), plus
+the speedup against PyTorch's faster layout for that model and dtype.
+"""
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, List
+
+import torch
+import torchvision
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python_stub"))
+import customconv  # noqa: E402
+
+MODELS = {"resnet50": torchvision.models.resnet50,
+          "resnext50_32x4d": torchvision.models.resnext50_32x4d}
+
+
+def ms_per_call(fn: Callable[[], object], device: str, iters: int, rounds: int = 5) -> float:
+    """Median over rounds of the time for `iters` back-to-back calls, per call, in ms."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(rounds):
+        if device == "cuda":
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / iters)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            times.append((time.perf_counter() - t0) * 1e3 / iters)
+    return statistics.median(times)
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--dtypes", default="float32,float16")
+    parser.add_argument("--out", type=Path,
+                        default=Path(__file__).resolve().parent / "results" / "e2e")
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    rows = []
+    for name in args.models.split(","):
+        base = MODELS[name]().eval()
+        for dtype_name in args.dtypes.split(","):
+            dtype = getattr(torch, dtype_name)
+            theirs = copy.deepcopy(base).to(args.device, dtype)
+            ours = customconv.convert(copy.deepcopy(base)).to(args.device, dtype)
+            x = torch.randn(args.batch, 3, 224, 224, device=args.device, dtype=dtype)
+            for layout in ("NCHW", "channels_last"):
+                fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+                theirs, ours = theirs.to(memory_format=fmt), ours.to(memory_format=fmt)
+                xin = x.contiguous(memory_format=fmt)
+                with torch.inference_mode():
+                    want, got = theirs(xin).float(), ours(xin).float()
+                    err = float((got - want).abs().max() / want.abs().max())
+                    t_theirs = ms_per_call(lambda: theirs(xin), args.device, args.iters)
+                    t_ours = ms_per_call(lambda: ours(xin), args.device, args.iters)
+                rows.append(dict(model=name, dtype=dtype_name, layout=layout, ours_ms=t_ours,
+                                 torch_ms=t_theirs, speedup=t_theirs / t_ours, rel_err=err))
+                print(f"{name:16s} {dtype_name:8s} {layout:13s} ours {t_ours:7.2f} ms  "
+                      f"PyTorch {t_theirs:7.2f} ms  {t_theirs / t_ours:5.2f}x  "
+                      f"max rel err {err:.1e}", flush=True)
+    device_name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
+    lines = [f"# convert(model) inference on {device_name}, N={args.batch}, 224x224", "",
+             "Speedup: PyTorch eager ms / ours ms (above 1: ours is faster); the best-layout "
+             "row compares each side's faster layout.", "",
+             "| model | dtype | layout | ours ms | PyTorch ms | speedup | max rel err |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['dtype']} | {r['layout']} | {r['ours_ms']:.2f} | "
+                     f"{r['torch_ms']:.2f} | {r['speedup']:.2f}x | {r['rel_err']:.1e} |")
+    for name in args.models.split(","):
+        for dtype_name in args.dtypes.split(","):
+            sel = [r for r in rows if r["model"] == name and r["dtype"] == dtype_name]
+            ours_best = min(r["ours_ms"] for r in sel)
+            theirs_best = min(r["torch_ms"] for r in sel)
+            lines.append(f"| {name} | {dtype_name} | best of each | {ours_best:.2f} | "
+                         f"{theirs_best:.2f} | {theirs_best / ours_best:.2f}x | |")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.device}.json").write_text(json.dumps(
+        dict(device=device_name, batch=args.batch, rows=rows), indent=1))
+    (args.out / f"{args.device}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
