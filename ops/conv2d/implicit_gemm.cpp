@@ -29,13 +29,11 @@ bool takes_dtype(const at::Tensor& input) {
 }
 
 // Whether the engine takes the geometry and dtype: batched, groups 1, C and K
-// multiples of channel_multiple() and not zero (or, for the forward, fewer
-// input channels in groups of kFewChannels), every size an int.
+// multiples of channel_multiple() and not zero, every size an int.
 bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   if (!takes_dtype(input)) return false;
   const int64_t m = channel_multiple(input);
-  const bool few = s.in.c < m && s.in.c % implicit_gemm::kFewChannels == 0;
-  if (!s.in.batched || s.groups != 1 || s.in.c == 0 || (s.in.c % m != 0 && !few) || s.k == 0 ||
+  if (!s.in.batched || s.groups != 1 || s.in.c == 0 || s.in.c % m != 0 || s.k == 0 ||
       s.k % m != 0) {
     return false;
   }
@@ -133,8 +131,8 @@ struct Operand {
 // declines: channels_last, used in place (an NCHW tensor keeps the NCHW
 // routes: changing its layout there and back costs more than the engine saves,
 // measured on ResNet-50's layers). With `pad` > 0 and fewer input channels than
-// a vector, the channels are padded with zeros to a multiple of `pad` (an RGB
-// stem's 3 channels), in one small copy.
+// a vector, the channels are padded with zeros to a multiple of `pad` (the
+// weight gradient of an RGB stem: 3 channels), in one small copy.
 std::optional<Operand> prepare(const at::Tensor& t, const Conv2dShape<int64_t>& s, int64_t pad) {
   if (!takes_dtype(t) || !s.in.batched || t.dim() != 4) return std::nullopt;
   if (!t.is_contiguous(kChannelsLast)) return std::nullopt;
@@ -180,7 +178,7 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
 std::optional<at::Tensor> implicit_gemm_conv2d(const at::Tensor& input, const at::Tensor& weight,
                                                const std::optional<at::Tensor>& bias,
                                                const Conv2dShape<int64_t>& s) {
-  const auto x = prepare(input, s, implicit_gemm::kFewChannels);
+  const auto x = prepare(input, s, 0);
   if (!x) return std::nullopt;
   const at::Tensor w = x->s.in.c == s.in.c ? weight : pad_channels(weight, x->s.in.c);
   const auto out = fprop(x->t, w, bias, x->s);

@@ -15,9 +15,10 @@
 // channels_last, as F.conv2d and its gradients are for channels_last inputs.
 //
 // Fewer input channels than a vector (an RGB stem) are padded with zeros to a
-// multiple of kFewChannels for the forward, whose kernel then reads the
-// (r, s, c) reduction as one run (CUTLASS's few-channels iterators), and to a
-// vector for the weight gradient.
+// vector for the weight gradient; the forward and the input gradient decline
+// them. (A forward on the padded stem, through CUTLASS's few-channels
+// iterators or the optimized ones, measured 0.53 ms against the column route's
+// 0.23-0.35 ms on ResNet-50's stem at N=32 in float16 on an H100.)
 //
 // Pointwise layers (1x1, stride 1, no padding) of any floating dtype skip the
 // convolution kernels: on channels_last data each of their passes is one
@@ -80,9 +81,6 @@ struct ConvProblem {
   int split_k = 1;
   void* workspace = nullptr;
 };
-
-// The forward's channel group below a vector (8-byte loads in 16-bit).
-constexpr int kFewChannels = 4;
 
 // The weight gradient's tile (rows: K, columns: kh*kw*C).
 constexpr int kWgradTileRows = 128, kWgradTileCols = 128;

@@ -83,20 +83,6 @@ struct FpropKernel {
       cutlass::arch::OpMultiplyAdd, cutlass::conv::IteratorAlgorithm::kOptimized>::Kernel;
 };
 
-// Few input channels (kFewChannels of them per access): the reduction over
-// (r, s, c) read as one run rather than tap by tap.
-template <typename Element, typename Tile>
-struct FewChannelsFpropKernel {
-  using Epilogue = cutlass::epilogue::thread::LinearCombination<Element, kVector<Element>, float, float>;
-  using Kernel = typename cutlass::conv::kernel::DefaultConv2dFprop<
-      Element, Layout, Element, Layout, Element, Layout, float, cutlass::arch::OpClassTensorOp,
-      cutlass::arch::Sm80, typename Tile::kTile, typename Tile::kWarp,
-      typename Tiles<Element>::Instruction, Epilogue,
-      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<4>, Tile::kStages,
-      cutlass::arch::OpMultiplyAdd, cutlass::conv::IteratorAlgorithm::kFewChannels,
-      cutlass::conv::StrideSupport::kStrided, kFewChannels, kFewChannels>::Kernel;
-};
-
 // Stride 1: each input position's taps are the output positions around it.
 template <typename Element, typename Tile>
 struct UnityDgradKernel {
@@ -208,18 +194,14 @@ __global__ void sum_slices(const float4* __restrict__ part, const Element* __res
   }
 }
 
-// The kernel for the problem: few input channels (under 16: each tap's run
-// would fill a fraction of a reduction step) take the few-channels kernel; otherwise the tile is 128 x 64 outputs where there
-// are at most 64 output channels (a 128-wide tile would be half empty), 128 x
-// 128 otherwise; with pr.split_k > 1 (small planes, whose 128 x 128 tiles
-// leave multiprocessors idle) the reduction is split into float32 partial sums
-// in pr.workspace, then added by sum_slices.
+// The tile for the problem: 128 x 64 outputs where there are at most 64
+// output channels (a 128-wide tile would be half empty), 128 x 128 otherwise;
+// with pr.split_k > 1 (small planes, whose 128 x 128 tiles leave
+// multiprocessors idle) the reduction is split into float32 partial sums in
+// pr.workspace, then added by sum_slices.
 template <typename Element>
 bool fprop(const ConvProblem& pr) {
   using T = Tiles<Element>;
-  if (pr.c < 16 && pr.c % kFewChannels == 0) {
-    return launch_fprop<typename FewChannelsFpropKernel<Element, typename T::Narrow>::Kernel>(pr);
-  }
   if (pr.k <= 64) return launch_fprop<typename FpropKernel<Element, typename T::Narrow>::Kernel>(pr);
   if (pr.split_k <= 1) return launch_fprop<typename FpropKernel<Element, typename T::Large>::Kernel>(pr);
   if (!launch_fprop<typename FpropKernel<Element, typename T::Large, float>::Kernel>(pr)) return false;
