@@ -22,6 +22,8 @@
 #include <c10/cuda/CUDAException.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include <cutlass/conv/conv2d_problem_size.h>
 #include <cutlass/conv/device/implicit_gemm_convolution.h>
 #include <cutlass/conv/kernel/default_conv2d_dgrad.h>
@@ -83,30 +85,20 @@ struct FpropKernel {
       cutlass::arch::OpMultiplyAdd, cutlass::conv::IteratorAlgorithm::kOptimized>::Kernel;
 };
 
-// Stride 1: each input position's taps are the output positions around it.
-template <typename Element, typename Tile>
-struct UnityDgradKernel {
-  using Epilogue = cutlass::epilogue::thread::LinearCombination<Element, kVector<Element>, float, float>;
-  using Kernel = typename cutlass::conv::kernel::DefaultConv2dDgrad<
-      Element, Layout, Element, Layout, Element, Layout, float, cutlass::arch::OpClassTensorOp,
-      cutlass::arch::Sm80, typename Tile::kTile, typename Tile::kWarp,
-      typename Tiles<Element>::Instruction, Epilogue,
-      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<4>, Tile::kStages,
-      cutlass::arch::OpMultiplyAdd, cutlass::conv::IteratorAlgorithm::kOptimized,
-      cutlass::conv::StrideSupport::kUnity>::Kernel;
-};
-
-// Stride > 1: one sub-problem per stride phase (no dilation).
-template <typename Element, typename Tile>
+// kUnity: stride 1, each input position's taps the output positions around it.
+// kStrided: stride > 1, one sub-problem per stride phase (no dilation), with
+// its own swizzle.
+template <typename Element, typename Tile, cutlass::conv::StrideSupport kStride>
 struct DgradKernel {
   using Epilogue = cutlass::epilogue::thread::LinearCombination<Element, kVector<Element>, float, float>;
+  using Swizzle = std::conditional_t<kStride == cutlass::conv::StrideSupport::kUnity,
+                                     cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<4>,
+                                     cutlass::conv::threadblock::StridedDgradIdentityThreadblockSwizzle<1>>;
   using Kernel = typename cutlass::conv::kernel::DefaultConv2dDgrad<
       Element, Layout, Element, Layout, Element, Layout, float, cutlass::arch::OpClassTensorOp,
       cutlass::arch::Sm80, typename Tile::kTile, typename Tile::kWarp,
-      typename Tiles<Element>::Instruction, Epilogue,
-      cutlass::conv::threadblock::StridedDgradIdentityThreadblockSwizzle<1>, Tile::kStages,
-      cutlass::arch::OpMultiplyAdd, cutlass::conv::IteratorAlgorithm::kOptimized,
-      cutlass::conv::StrideSupport::kStrided>::Kernel;
+      typename Tiles<Element>::Instruction, Epilogue, Swizzle, Tile::kStages,
+      cutlass::arch::OpMultiplyAdd, cutlass::conv::IteratorAlgorithm::kOptimized, kStride>::Kernel;
 };
 
 // A float32 output (the caller sums the slices and rounds once).
@@ -228,18 +220,20 @@ bool launch_dgrad(const ConvProblem& pr) {
   return launch<Kernel>(args, pr);
 }
 
-// The unit-stride or the strided kernel; 128 x 64 tiles where there are at
-// most 64 input channels, else 128 x 128.
+// 128 x 64 tiles where there are at most 64 input channels, else 128 x 128.
+template <typename Element, cutlass::conv::StrideSupport kStride>
+bool dgrad_with(const ConvProblem& pr) {
+  using T = Tiles<Element>;
+  if (pr.c <= 64) return launch_dgrad<typename DgradKernel<Element, typename T::Narrow, kStride>::Kernel>(pr);
+  return launch_dgrad<typename DgradKernel<Element, typename T::Large, kStride>::Kernel>(pr);
+}
+
 template <typename Element>
 bool dgrad(const ConvProblem& pr) {
-  using T = Tiles<Element>;
-  const bool narrow = pr.c <= 64;
   if (pr.stride_h == 1 && pr.stride_w == 1) {
-    if (narrow) return launch_dgrad<typename UnityDgradKernel<Element, typename T::Narrow>::Kernel>(pr);
-    return launch_dgrad<typename UnityDgradKernel<Element, typename T::Large>::Kernel>(pr);
+    return dgrad_with<Element, cutlass::conv::StrideSupport::kUnity>(pr);
   }
-  if (narrow) return launch_dgrad<typename DgradKernel<Element, typename T::Narrow>::Kernel>(pr);
-  return launch_dgrad<typename DgradKernel<Element, typename T::Large>::Kernel>(pr);
+  return dgrad_with<Element, cutlass::conv::StrideSupport::kStrided>(pr);
 }
 
 template <typename Element>
