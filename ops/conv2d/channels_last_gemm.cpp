@@ -39,53 +39,91 @@ void gather_windows(const T* x, T* cols, const Conv2dShape<int64_t>& s, int64_t 
   });
 }
 
+// Whether the route takes the case: float32/float64, batched, groups 1, a
+// channels_last input; not pointwise (pointwise_gemm.h's) and 16 channels or
+// more. Fewer channels make the gathered runs too short to copy well (the
+// 3-channel 7x7 stem at N4, 224^2 on a 2-core machine: 15.4 ms this way, 12.0
+// by the column route): the column route takes those.
+bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  const Window2d& w = s.win;
+  const auto dtype = input.scalar_type();
+  if (dtype != at::kFloat && dtype != at::kDouble) return false;
+  if (!s.in.batched || s.groups != 1 || s.in.c < 16) return false;
+  if (!input.is_contiguous(at::MemoryFormat::ChannelsLast)) return false;
+  return !(w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0);
+}
+
+// Calls fn(cols, n0, nc) for each chunk of images [n0, n0 + nc), cols being
+// their gathered windows (nc*P*Q, kh*kw*C); chunks keep the columns within
+// workspace_limit_bytes() (at least one image).
+template <typename Fn>
+void for_each_chunk(const at::Tensor& input, const Conv2dShape<int64_t>& s, Fn fn) {
+  const int64_t positions = s.oh * s.ow;
+  const int64_t row_len = s.win.kh * s.win.kw * s.in.c;
+  const int64_t image_bytes =
+      checked_mul("conv2d", "the columns of one image", positions, row_len * input.element_size());
+  const int64_t chunk = images_per_chunk(s.in.n, image_bytes);
+  const at::Tensor cols = at::empty({chunk * positions, row_len}, input.options());
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "conv2d_channels_last_gemm", [&] {
+    for (int64_t n0 = 0; n0 < s.in.n; n0 += chunk) {
+      const int64_t nc = std::min(chunk, s.in.n - n0);
+      gather_windows<scalar_t>(input.const_data_ptr<scalar_t>(), cols.mutable_data_ptr<scalar_t>(),
+                               s, n0, nc);
+      fn(cols.narrow(0, 0, nc * positions), n0, nc);
+    }
+  });
+}
+
+// A channels_last (N, C, H, W) tensor as its (N*H*W, C) rows, in place.
+at::Tensor rows_of(const at::Tensor& t) {
+  return t.permute({0, 2, 3, 1}).view({t.size(0) * t.size(2) * t.size(3), t.size(1)});
+}
+
 }  // namespace
 
 std::optional<at::Tensor> channels_last_gemm_conv2d(const at::Tensor& input,
                                                     const at::Tensor& weight,
                                                     const std::optional<at::Tensor>& bias,
                                                     const Conv2dShape<int64_t>& s) {
-  const Window2d& w = s.win;
-  const auto dtype = input.scalar_type();
-  if (dtype != at::kFloat && dtype != at::kDouble) return std::nullopt;
-  if (!s.in.batched || s.groups != 1 || s.in.c == 0) return std::nullopt;
-  if (!input.is_contiguous(at::MemoryFormat::ChannelsLast)) return std::nullopt;
-  // Pointwise layers are pointwise_gemm.h's. Fewer than 16 channels make the
-  // gathered runs too short to copy well (the 3-channel 7x7 stem at N4, 224^2
-  // on a 2-core machine: 15.4 ms this way, 12.0 by the column route): the
-  // column route takes those.
-  const bool pointwise =
-      w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0;
-  if (pointwise || s.in.c < 16) return std::nullopt;
+  if (!takes(input, s)) return std::nullopt;
   at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow},
                              input.options().memory_format(at::MemoryFormat::ChannelsLast));
   if (out.numel() == 0) return out;
   const bool has_bias = bias.has_value() && bias->defined();
   const int64_t positions = s.oh * s.ow;
-  const int64_t row_len = w.kh * w.kw * s.in.c;
+  const int64_t row_len = s.win.kh * s.win.kw * s.in.c;
   // (K, kh*kw*C): the weight with channels innermost, as the columns hold them.
   const at::Tensor wt = weight.permute({0, 2, 3, 1}).reshape({s.k, row_len}).t();
-  const at::Tensor out_rows = out.permute({0, 2, 3, 1}).view({s.in.n * positions, s.k});
-  const auto gemm = [&](const at::Tensor& a, at::Tensor y) {
+  const at::Tensor out_rows = rows_of(out);
+  for_each_chunk(input, s, [&](const at::Tensor& cols, int64_t n0, int64_t nc) {
+    at::Tensor y = out_rows.narrow(0, n0 * positions, nc * positions);
     if (has_bias) {
-      at::addmm_out(y, *bias, a, wt);
+      at::addmm_out(y, *bias, cols, wt);
     } else {
-      at::mm_out(y, a, wt);
-    }
-  };
-  const int64_t image_bytes =
-      checked_mul("conv2d", "the columns of one image", positions, row_len * input.element_size());
-  const int64_t chunk = images_per_chunk(s.in.n, image_bytes);
-  const at::Tensor cols = at::empty({chunk * positions, row_len}, input.options());
-  AT_DISPATCH_FLOATING_TYPES(dtype, "conv2d_channels_last_gemm", [&] {
-    for (int64_t n0 = 0; n0 < s.in.n; n0 += chunk) {
-      const int64_t nc = std::min(chunk, s.in.n - n0);
-      gather_windows<scalar_t>(input.const_data_ptr<scalar_t>(), cols.mutable_data_ptr<scalar_t>(),
-                               s, n0, nc);
-      gemm(cols.narrow(0, 0, nc * positions), out_rows.narrow(0, n0 * positions, nc * positions));
+      at::mm_out(y, cols, wt);
     }
   });
   return out;
+}
+
+std::optional<at::Tensor> channels_last_gemm_conv2d_grad_weight(const at::Tensor& grad_output,
+                                                                const at::Tensor& input,
+                                                                const at::Tensor& weight,
+                                                                const Conv2dShape<int64_t>& s) {
+  if (!takes(input, s) || s.in.n * s.oh * s.ow == 0 || s.k == 0) return std::nullopt;
+  const int64_t positions = s.oh * s.ow;
+  const at::Tensor go_rows = rows_of(grad_output.contiguous(at::MemoryFormat::ChannelsLast));
+  // (K, kh*kw*C), accumulated over the chunks in order: (K, kh, kw, C) in memory.
+  at::Tensor acc = at::empty({s.k, s.win.kh * s.win.kw * s.in.c}, input.options());
+  for_each_chunk(input, s, [&](const at::Tensor& cols, int64_t n0, int64_t nc) {
+    const at::Tensor go = go_rows.narrow(0, n0 * positions, nc * positions).t();
+    if (n0 == 0) {
+      at::mm_out(acc, go, cols);
+    } else {
+      acc.addmm_(go, cols);
+    }
+  });
+  return acc.view({s.k, s.win.kh, s.win.kw, s.in.c}).permute({0, 3, 1, 2});
 }
 
 }  // namespace customconv

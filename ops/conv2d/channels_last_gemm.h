@@ -1,5 +1,5 @@
-// conv2d's forward on channels_last data as GEMMs over output positions, the
-// CPU's forward engine (float32, float64; groups 1).
+// conv2d's forward and weight gradient on channels_last data as GEMMs over
+// output positions, the CPU's engines (float32, float64; groups 1).
 //
 // A channels_last input (N, C, H, W) lies in memory as an (N*H*W, C) matrix,
 // and a channels_last output as (N*P*Q, K). Pointwise windows (1x1, stride 1,
@@ -12,6 +12,9 @@
 // least one image).
 // The bias is added by the GEMM. No layout change of input or output; the
 // weight is read as (K, kh, kw, C), a copy unless it is channels_last.
+// The weight gradient gathers the same rows and accumulates
+// grad_output's (N_c*P*Q, K) rows, transposed, times them over the chunks in
+// order, into a (K, kh, kw, C) result: the channels_last gradient.
 // Windows over fewer than 16 channels, and bfloat16 (whose column route
 // accumulates in float32), keep the column route.
 #pragma once
@@ -29,5 +32,9 @@ std::optional<at::Tensor> channels_last_gemm_conv2d(const at::Tensor& input,
                                                     const at::Tensor& weight,
                                                     const std::optional<at::Tensor>& bias,
                                                     const Conv2dShape<int64_t>& s);
+std::optional<at::Tensor> channels_last_gemm_conv2d_grad_weight(const at::Tensor& grad_output,
+                                                                const at::Tensor& input,
+                                                                const at::Tensor& weight,
+                                                                const Conv2dShape<int64_t>& s);
 
 }  // namespace customconv

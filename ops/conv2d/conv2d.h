@@ -66,7 +66,7 @@ struct Conv2dKernels {
 
 inline Conv2dKernels cpu_conv2d_kernels() {
   return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels(),
-          {&channels_last_gemm_conv2d, nullptr, nullptr}};
+          {&channels_last_gemm_conv2d, nullptr, &channels_last_gemm_conv2d_grad_weight}};
 }
 #ifdef CUSTOMCONV_WITH_CUDA
 inline Conv2dKernels cuda_conv2d_kernels() {

@@ -75,7 +75,8 @@ def test_cpu_1x1_on_channels_last_is_one_gemm_with_a_channels_last_output(dtype,
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 def test_cpu_channels_last_windows_gathered_into_rows_match_torch(dtype, idx, rng, gen, seed):
     # The same route for k x k windows with stride, padding and dilation: each
-    # output position's window gathered into a row of columns, then one GEMM.
+    # output position's window gathered into a row of columns, then one GEMM,
+    # for the forward and the weight gradient (checked by check_conv_case).
     # (16 channels and more: fewer keep the column route.)
     cfg = random_conv2d_config(rng, kind="plain", input_layout="channels_last",
                                batch=rng.choice([1, 2, 3]), in_channels=rng.choice([16, 24, 40]))
@@ -327,9 +328,13 @@ CHUNKED_SCRIPT = textwrap.dedent(
     torch.manual_seed(int(sys.argv[2]))
     # ~0.4 MiB of columns per image with a 1 MiB workspace: chunks of 2 images
     # (and a last chunk of 1); the second case needs more than the limit per
-    # image, so every chunk holds one image.
-    for n, c, k, hw in [(5, 3, 6, 40), (3, 8, 16, 48)]:
-        x = torch.randn(n, c, hw, hw, dtype=torch.float64, device=device, requires_grad=True)
+    # image, so every chunk holds one image; the third, channels_last (the
+    # CPU's gathered rows, forward and weight gradient), ~0.3 MiB per image.
+    for n, c, k, hw, fmt in [(5, 3, 6, 40, torch.contiguous_format),
+                             (3, 8, 16, 48, torch.contiguous_format),
+                             (4, 16, 8, 24, torch.channels_last)]:
+        x = torch.randn(n, c, hw, hw, dtype=torch.float64, device=device)
+        x = x.contiguous(memory_format=fmt).requires_grad_()
         w = torch.randn(k, c, 3, 3, dtype=torch.float64, device=device, requires_grad=True)
         b = torch.randn(k, dtype=torch.float64, device=device, requires_grad=True)
         out = torch.ops.customconv.conv2d(x, w, b, [1, 2], [1, 1], [2, 1], 1)
