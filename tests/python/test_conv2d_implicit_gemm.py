@@ -1,11 +1,12 @@
 """conv2d's implicit-GEMM engine on CUDA (ops/conv2d/implicit_gemm.h) and the
-pointwise GEMMs (ops/conv2d/pointwise_gemm.h): channels_last float16 and
-bfloat16 inputs with channel counts that are multiples of 8 and groups 1,
-forward and both gradients, against F.conv2d in float64 on random geometries
-(kernel, stride, padding, dilation, bias); results are channels_last, as
-F.conv2d gives, and the weight gradient is reproducible bit for bit; inputs the
-engine declines (NCHW, channels not a multiple of 8, groups) keep the other
-route and the same results."""
+pointwise GEMMs (ops/conv2d/pointwise_gemm.h): channels_last float16,
+bfloat16 and float32 (TF32) inputs with channel counts that are multiples of 8
+and groups 1, forward and both gradients, against F.conv2d in float64 on
+random geometries (kernel, stride, padding, dilation, bias); results are
+channels_last, as F.conv2d gives, and the weight gradient is reproducible bit
+for bit; with TF32 off, float32 takes the exact route; inputs the engine
+declines (NCHW, channels not a multiple of 8, groups) keep the other routes and
+the same results."""
 
 import random
 
