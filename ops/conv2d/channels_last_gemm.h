@@ -10,6 +10,11 @@
 // plane), and one GEMM with the weight as (K, kh*kw*C) writes the chunk's
 // output rows. Chunks keep the columns within workspace_limit_bytes() (at
 // least one image).
+// Stride-1 windows on planes that padding enlarges by at most a fifth skip the
+// gathering: the padded input's rows, shifted by each tap's offset, are
+// multiplied by that tap's (C, K) weight and accumulated into an output grid
+// over every padded position, whose top-left P x Q corner per image is the
+// output.
 // The bias is added by the GEMM. No layout change of input or output; the
 // weight is read as (K, kh, kw, C), a copy unless it is channels_last.
 // The weight gradient gathers the same rows and accumulates

@@ -87,6 +87,26 @@ def test_cpu_channels_last_windows_gathered_into_rows_match_torch(dtype, idx, rn
     assert out.is_contiguous(memory_format=torch.channels_last) or ambiguous, cfg
 
 
+@pytest.mark.parametrize("window", [
+    dict(kernel=(3, 3), padding=(1, 1), dilation=(1, 1)),
+    dict(kernel=(3, 3), padding=(0, 0), dilation=(1, 1)),
+    dict(kernel=(1, 3), padding=(0, 1), dilation=(1, 1)),
+    dict(kernel=(3, 3), padding=(1, 1), dilation=(1, 2)),
+], ids=["3x3-pad1", "3x3-unpadded", "1x3", "3x3-dilated-w"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_cpu_channels_last_stride1_shifted_tap_gemms_match_torch(dtype, window, gen, seed):
+    # Stride 1 on planes the padding enlarges by at most a fifth: one GEMM per
+    # tap on the padded input's rows, shifted by the tap's offset, accumulated
+    # into an output grid (channels_last_gemm.cpp); bias on and off.
+    for with_bias in (True, False):
+        cfg = ConvConfig(batch=3, in_channels=16, out_channels=24, groups=1, stride=(1, 1),
+                         size=(30, 33), bias=with_bias, input_layout="channels_last",
+                         weight_layout="contiguous", grad_layout="channels_last", **window)
+        call = lambda input, weight, bias: ops.conv2d(input, weight, bias, *cfg.args())  # noqa: E731
+        out = check_conv_case(call, cfg, "cpu", dtype, gen, f"seed={seed} {cfg}")
+        assert out.is_contiguous(memory_format=torch.channels_last), cfg
+
+
 def formats(t: torch.Tensor):
     return t.is_contiguous(), t.is_contiguous(memory_format=torch.channels_last)
 
