@@ -45,7 +45,6 @@ bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   return true;
 }
 
-
 at::Tensor empty_channels_last(const at::Tensor& like, int64_t n, int64_t c, int64_t h, int64_t w,
                                at::ScalarType dtype) {
   return at::empty({n, c, h, w}, like.options().dtype(dtype).memory_format(kChannelsLast));
