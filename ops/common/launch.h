@@ -1,7 +1,8 @@
-// Work-splitting arithmetic and batch views shared by the kernels.
+// Work-splitting arithmetic, batch views and channels_last helpers shared by the kernels.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -29,5 +30,17 @@ inline at::Tensor as_batch(const at::Tensor& t, bool batched) {
 
 // The inverse of as_batch for a result.
 inline at::Tensor unbatch(const at::Tensor& t, bool batched) { return batched ? t : t.squeeze(0); }
+
+// A new (n, c, h, w) tensor like `like` (dtype, device), stored channels_last.
+inline at::Tensor empty_channels_last(const at::Tensor& like, int64_t n, int64_t c, int64_t h,
+                                      int64_t w) {
+  return at::empty({n, c, h, w}, like.options().memory_format(at::MemoryFormat::ChannelsLast));
+}
+
+// A channels_last (N, C, H, W) tensor as the (N*H*W, C) matrix it is in
+// memory, a view.
+inline at::Tensor channels_last_rows(const at::Tensor& t) {
+  return t.permute({0, 2, 3, 1}).view({t.size(0) * t.size(2) * t.size(3), t.size(1)});
+}
 
 }  // namespace customconv

@@ -74,10 +74,7 @@ void for_each_chunk(const at::Tensor& input, const Conv2dShape<int64_t>& s, Fn f
   });
 }
 
-// A channels_last (N, C, H, W) tensor as its (N*H*W, C) rows, in place.
-at::Tensor rows_of(const at::Tensor& t) {
-  return t.permute({0, 2, 3, 1}).view({t.size(0) * t.size(2) * t.size(3), t.size(1)});
-}
+
 
 // Stride 1 on planes whose padding adds at most a fifth: the padded input of a
 // chunk of images, as (nc*Hp*Wp, C) rows, times each tap's (C, K) weight,
@@ -111,7 +108,7 @@ void shifted_taps_forward(const at::Tensor& input, const at::Tensor& weight,
     const int64_t nc = std::min(chunk, s.in.n - n0);
     const at::Tensor padded = at::constant_pad_nd(input.narrow(0, n0, nc), {w.pw, w.pw, w.ph, w.ph})
                                   .contiguous(at::MemoryFormat::ChannelsLast);
-    const at::Tensor rows = rows_of(padded);
+    const at::Tensor rows = channels_last_rows(padded);
     const int64_t m = nc * plane - max_offset;
     at::Tensor grid = grid_buffer.narrow(0, 0, m);
     for (int64_t r = 0; r < w.kh; ++r) {
@@ -139,8 +136,7 @@ std::optional<at::Tensor> channels_last_gemm_conv2d(const at::Tensor& input,
                                                     const std::optional<at::Tensor>& bias,
                                                     const Conv2dShape<int64_t>& s) {
   if (!takes(input, s)) return std::nullopt;
-  at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow},
-                             input.options().memory_format(at::MemoryFormat::ChannelsLast));
+  at::Tensor out = empty_channels_last(input, s.in.n, s.k, s.oh, s.ow);
   if (out.numel() == 0) return out;
   if (shifted_taps_pay(s)) {
     shifted_taps_forward(input, weight, bias, s, out);
@@ -151,7 +147,7 @@ std::optional<at::Tensor> channels_last_gemm_conv2d(const at::Tensor& input,
   const int64_t row_len = s.win.kh * s.win.kw * s.in.c;
   // (K, kh*kw*C): the weight with channels innermost, as the columns hold them.
   const at::Tensor wt = weight.permute({0, 2, 3, 1}).reshape({s.k, row_len}).t();
-  const at::Tensor out_rows = rows_of(out);
+  const at::Tensor out_rows = channels_last_rows(out);
   for_each_chunk(input, s, [&](const at::Tensor& cols, int64_t n0, int64_t nc) {
     at::Tensor y = out_rows.narrow(0, n0 * positions, nc * positions);
     if (has_bias) {
@@ -169,7 +165,8 @@ std::optional<at::Tensor> channels_last_gemm_conv2d_grad_weight(const at::Tensor
                                                                 const Conv2dShape<int64_t>& s) {
   if (!takes(input, s) || s.in.n * s.oh * s.ow == 0 || s.k == 0) return std::nullopt;
   const int64_t positions = s.oh * s.ow;
-  const at::Tensor go_rows = rows_of(grad_output.contiguous(at::MemoryFormat::ChannelsLast));
+  const at::Tensor go_rows =
+      channels_last_rows(grad_output.contiguous(at::MemoryFormat::ChannelsLast));
   // (K, kh*kw*C), accumulated over the chunks in order: (K, kh, kw, C) in memory.
   at::Tensor acc = at::empty({s.k, s.win.kh * s.win.kw * s.in.c}, input.options());
   for_each_chunk(input, s, [&](const at::Tensor& cols, int64_t n0, int64_t nc) {

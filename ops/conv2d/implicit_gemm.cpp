@@ -4,6 +4,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "ops/common/launch.h"
+
 #include <cstdint>
 #include <limits>
 
@@ -43,11 +45,6 @@ bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
     if (!fits_int(v)) return false;
   }
   return true;
-}
-
-at::Tensor empty_channels_last(const at::Tensor& like, int64_t n, int64_t c, int64_t h, int64_t w,
-                               at::ScalarType dtype) {
-  return at::empty({n, c, h, w}, like.options().dtype(dtype).memory_format(kChannelsLast));
 }
 
 // The problem with the geometry of s and no tensors yet.
@@ -155,7 +152,7 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
   const bool has_bias = bias.has_value() && bias->defined();
   const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
   if (!aligned16(w) || (has_bias && !aligned16(b))) return std::nullopt;
-  at::Tensor out = empty_channels_last(input, s.in.n, s.k, s.oh, s.ow, input.scalar_type());
+  at::Tensor out = empty_channels_last(input, s.in.n, s.k, s.oh, s.ow);
   if (out.numel() == 0) return out;
   implicit_gemm::ConvProblem pr = geometry(input, s);
   pr.input = const_cast<void*>(input.const_data_ptr());
@@ -199,7 +196,7 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor w = weight.contiguous(kChannelsLast);
   if (!aligned16(w)) return std::nullopt;
-  at::Tensor gi = empty_channels_last(input, s.in.n, s.in.c, s.in.h, s.in.w, input.scalar_type());
+  at::Tensor gi = empty_channels_last(input, s.in.n, s.in.c, s.in.h, s.in.w);
   implicit_gemm::ConvProblem pr = geometry(input, s);
   pr.input = gi.mutable_data_ptr();
   pr.weight = const_cast<void*>(w.const_data_ptr());

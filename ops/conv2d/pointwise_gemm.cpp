@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "ops/common/launch.h"
+
 namespace customconv {
 namespace {
 
@@ -14,19 +16,13 @@ bool takes(const Conv2dShape<int64_t>& s) {
 }
 
 // A channels_last (N, C, H, W) tensor as its (1, N*H*W, C) matrix, in place.
-at::Tensor rows(const at::Tensor& t) {
-  return t.permute({0, 2, 3, 1}).view({1, t.size(0) * t.size(2) * t.size(3), t.size(1)});
-}
+at::Tensor rows(const at::Tensor& t) { return channels_last_rows(t).unsqueeze(0); }
 
 // The weight (K, C, 1, 1) as a (1, K, C) matrix (a view: every layout of a
 // 1x1 weight with unit channel stride is one).
 at::Tensor weight_matrix(const at::Tensor& w) {
   const at::Tensor m = w.flatten(1);
   return (m.stride(1) == 1 ? m : m.contiguous()).unsqueeze(0);
-}
-
-at::Tensor empty_channels_last(const at::Tensor& like, int64_t n, int64_t c, int64_t h, int64_t w) {
-  return at::empty({n, c, h, w}, like.options().memory_format(kChannelsLast));
 }
 
 }  // namespace
