@@ -1,6 +1,6 @@
 """Times customconv's ops against the fastest thing PyTorch offers for the same job.
 
-    python3 bench/bench.py --device cuda|cpu [--ops depthwise,filter2d,trilinear,conv2d]
+    python3 bench/bench.py --device cuda|cpu [--ops depthwise,filter2d,trilinear,conv2d,conv2d_grouped]
                            [--dtypes float32,float16,bfloat16] [--quick] [--out bench/results]
                            [--append]
 
@@ -301,25 +301,49 @@ def extra_memory_mib(fn: Callable[[], object], kept_bytes: Callable[[object], in
     return max(extra, 0) / 2**20
 
 
+# ResNeXt-50 32x4d's grouped 3x3 layers (32 groups of 4, 8, 16 and 32
+# channels) and RegNetY-400MF's (groups of 8 channels): (C, H, K, kernel,
+# stride, groups); H is the input size.
+GROUPED_LAYERS = [
+    (128, 56, 128, 3, 1, 32), (256, 56, 256, 3, 2, 32), (256, 28, 256, 3, 1, 32),
+    (512, 28, 512, 3, 2, 32), (512, 14, 512, 3, 1, 32), (1024, 14, 1024, 3, 2, 32),
+    (1024, 7, 1024, 3, 1, 32),
+    (48, 112, 48, 3, 2, 6), (104, 56, 104, 3, 2, 13), (104, 28, 104, 3, 1, 13),
+    (208, 28, 208, 3, 2, 26), (208, 14, 208, 3, 1, 26), (440, 14, 440, 3, 2, 55),
+    (440, 7, 440, 3, 1, 55),
+]
+
+
 def bench_conv2d(device, dtype, timer, copy_bw, quick) -> List[Record]:
-    """Each ResNet-50 layer in NCHW and in channels_last, ours and F.conv2d in
-    the same run: a record per layout (same-layout ratio) and one of our best
-    layout against PyTorch's best ("PyTorch best layout"), forward and
-    forward+backward."""
+    """Each ResNet-50 layer; see conv2d_records."""
     layers = RESNET50_LAYERS[1:4] if quick else RESNET50_LAYERS
+    return conv2d_records([layer + (1,) for layer in layers], device, dtype, timer)
+
+
+def bench_conv2d_grouped(device, dtype, timer, copy_bw, quick) -> List[Record]:
+    """ResNeXt-50's and RegNetY-400MF's grouped layers; see conv2d_records."""
+    layers = GROUPED_LAYERS[::4] if quick else GROUPED_LAYERS
+    return conv2d_records(layers, device, dtype, timer)
+
+
+def conv2d_records(layers, device, dtype, timer) -> List[Record]:
+    """Each layer (C, H, K, kernel, stride, groups) in NCHW and in
+    channels_last, ours and F.conv2d in the same run: a record per layout
+    (same-layout ratio) and one of our best layout against PyTorch's best
+    ("PyTorch best layout"), forward and forward+backward."""
     records = []
     n = 32 if device == "cuda" else 4
     dt = str(dtype)[6:]
     layouts = (("NCHW", torch.contiguous_format), ("channels_last", torch.channels_last))
-    for c, h, k, ks, s in layers:
+    for c, h, k, ks, s, g in layers:
         x = torch.randn(n, c, h, h, device=device, dtype=dtype)
-        w = torch.randn(k, c, ks, ks, device=device, dtype=dtype) / math.sqrt(c * ks * ks)
+        w = torch.randn(k, c // g, ks, ks, device=device, dtype=dtype) / math.sqrt(c // g * ks * ks)
         pad = ks // 2
-        ours = lambda x, w: customconv.conv2d(x, w, None, s, pad)
-        ref = lambda x, w: F.conv2d(x, w, None, s, pad)
-        name = f"N{n} C{c} {h}x{h} K{k} k{ks} s{s}"
-        cls = "stem 7x7" if ks == 7 else f"{ks}x{ks}"
-        flops = 2 * n * k * c * ks * ks * (h // s) ** 2
+        ours = lambda x, w: customconv.conv2d(x, w, None, s, pad, 1, g)
+        ref = lambda x, w: F.conv2d(x, w, None, s, pad, 1, g)
+        name = f"N{n} C{c} {h}x{h} K{k} k{ks} s{s}" + (f" g{g}" if g > 1 else "")
+        cls = "stem 7x7" if ks == 7 else (f"grouped {ks}x{ks}" if g > 1 else f"{ks}x{ks}")
+        flops = 2 * n * k * (c // g) * ks * ks * (h // s) ** 2
         inputs = {lay: (x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt))
                   for lay, fmt in layouts}
         for pass_, work in (("fwd", 1), ("fwd+bwd", 3)):
@@ -356,6 +380,7 @@ BENCHES: Dict[str, Callable] = {
     "filter2d": bench_filter2d,
     "trilinear": bench_trilinear,
     "conv2d": bench_conv2d,
+    "conv2d_grouped": bench_conv2d_grouped,
 }
 
 

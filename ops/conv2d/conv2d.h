@@ -6,7 +6,8 @@
 //     (pointwise_gemm.h), every device;
 //   * the device's engines where they take the case (on CUDA: the implicit
 //     GEMMs of implicit_gemm.h for channels_last 16-bit data, forward and both
-//     gradients; on the CPU: channels_last_gemm.h, the forward as GEMMs over
+//     gradients, and the direct kernels of grouped_direct.h for grouped layers;
+//     on the CPU: channels_last_gemm.h, the forward as GEMMs over
 //     the positions of channels_last data);
 //   * depthwise (groups == C_in > 1, weight (C*m, 1, kh, kw)): the depthwise kernels;
 //   * pointwise (1x1, stride 1, no padding) with planes of at least 128
@@ -29,7 +30,6 @@
 #include "ops/columns/column_kernels.h"
 #include "ops/common/conv_shapes.h"
 #include "ops/conv2d/batched_gemm.h"
-#include "ops/conv2d/implicit_gemm.h"
 #include "ops/conv2d/channels_last_gemm.h"
 #include "ops/conv2d/pointwise_gemm.h"
 #include "ops/depthwise/depthwise.h"
@@ -69,15 +69,25 @@ inline Conv2dKernels cpu_conv2d_kernels() {
           {&channels_last_gemm_conv2d, nullptr, &channels_last_gemm_conv2d_grad_weight}};
 }
 #ifdef CUSTOMCONV_WITH_CUDA
+// The CUDA engines (engines_cuda.cpp), each trying in turn: the grouped direct
+// kernels (grouped_direct.h) for grouped layers, then the implicit GEMMs
+// (implicit_gemm.h) where CUTLASS is built in.
+std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::Tensor& weight,
+                                             const std::optional<at::Tensor>& bias,
+                                             const Conv2dShape<int64_t>& s);
+std::optional<at::Tensor> cuda_conv2d_grad_input_engine(const at::Tensor& grad_output,
+                                                        const at::Tensor& input,
+                                                        const at::Tensor& weight,
+                                                        const Conv2dShape<int64_t>& s);
+std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_output,
+                                                         const at::Tensor& input,
+                                                         const at::Tensor& weight,
+                                                         const Conv2dShape<int64_t>& s);
+
 inline Conv2dKernels cuda_conv2d_kernels() {
-#ifdef CUSTOMCONV_WITH_CUTLASS
-  constexpr Conv2dEngines engines{&implicit_gemm_conv2d, &implicit_gemm_conv2d_grad_input,
-                                  &implicit_gemm_conv2d_grad_weight};
-#else
-  constexpr Conv2dEngines engines{};
-#endif
   return {cuda_column_kernels(), &batched_gemm_cuda, &gemm_parallelism_cuda,
-          cuda_depthwise_kernels(), engines};
+          cuda_depthwise_kernels(),
+          {&cuda_conv2d_engine, &cuda_conv2d_grad_input_engine, &cuda_conv2d_grad_weight_engine}};
 }
 #endif
 

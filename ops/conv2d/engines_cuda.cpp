@@ -1,0 +1,42 @@
+#include "ops/conv2d/conv2d.h"
+#include "ops/conv2d/grouped_direct.h"
+#include "ops/conv2d/implicit_gemm.h"
+
+namespace customconv {
+
+std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::Tensor& weight,
+                                             const std::optional<at::Tensor>& bias,
+                                             const Conv2dShape<int64_t>& s) {
+  if (s.groups > 1) return grouped_direct_conv2d(input, weight, bias, s);
+#ifdef CUSTOMCONV_WITH_CUTLASS
+  return implicit_gemm_conv2d(input, weight, bias, s);
+#else
+  return std::nullopt;
+#endif
+}
+
+std::optional<at::Tensor> cuda_conv2d_grad_input_engine(const at::Tensor& grad_output,
+                                                        const at::Tensor& input,
+                                                        const at::Tensor& weight,
+                                                        const Conv2dShape<int64_t>& s) {
+  if (s.groups > 1) return grouped_direct_conv2d_grad_input(grad_output, input, weight, s);
+#ifdef CUSTOMCONV_WITH_CUTLASS
+  return implicit_gemm_conv2d_grad_input(grad_output, input, weight, s);
+#else
+  return std::nullopt;
+#endif
+}
+
+std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_output,
+                                                         const at::Tensor& input,
+                                                         const at::Tensor& weight,
+                                                         const Conv2dShape<int64_t>& s) {
+  if (s.groups > 1) return grouped_direct_conv2d_grad_weight(grad_output, input, weight, s);
+#ifdef CUSTOMCONV_WITH_CUTLASS
+  return implicit_gemm_conv2d_grad_weight(grad_output, input, weight, s);
+#else
+  return std::nullopt;
+#endif
+}
+
+}  // namespace customconv

@@ -1,0 +1,162 @@
+"""conv2d's grouped direct kernels on CUDA (ops/conv2d/grouped_direct.h):
+grouped layers (1 < groups < C, up to 64 channels per group) in every
+floating dtype and both layouts, forward and both gradients, against
+F.conv2d in float64 on random geometries (kernel, stride, padding, dilation,
+bias, channel counts that do and do not allow vector loads, misaligned
+views); ResNeXt's and RegNet's layer shapes; the memory format F.conv2d
+gives; a bitwise reproducible weight gradient; a CUDA graph; wider groups
+keep the other routes."""
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from testlib import ConvConfig, check_conv_case, cuda, make_tensor, ops
+
+pytestmark = cuda
+
+DTYPES = [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id="bf16"),
+          pytest.param(torch.float32, id="f32"), pytest.param(torch.float64, id="f64")]
+
+
+def grouped_config(rng: random.Random, **fixed) -> ConvConfig:
+    """A random grouped configuration: 2 to 13 groups of 1 to 40 input and
+    output channels (often a multiple of 4 or 8), windows 1x1 to 5x5 with
+    stride, padding and dilation per axis, either layout."""
+    groups = rng.choice([2, 3, 4, 8, 13])
+    per_group = lambda: rng.choice([1, 2, 3, 4, 4, 8, 8, 16, 24, 40])
+    cg, kg = per_group(), per_group()
+    if cg == 1:
+        cg = 2  # groups == C is the depthwise route
+    kernel = tuple(rng.choice([1, 3, 3, 5]) for _ in range(2))
+    stride = tuple(rng.choice([1, 1, 2, 3]) for _ in range(2))
+    dilation = tuple(rng.choice([1, 1, 2]) for _ in range(2))
+    padding = tuple(rng.randint(0, (k - 1) * d // 2 + 1) for k, d in zip(kernel, dilation))
+    size = tuple((k - 1) * d + 1 + rng.randint(0, 13) for k, d in zip(kernel, dilation))
+    values = dict(batch=rng.choice([1, 2, 3]), in_channels=cg * groups, out_channels=kg * groups,
+                  groups=groups, kernel=kernel, stride=stride, padding=padding, dilation=dilation,
+                  size=size, bias=rng.random() < 0.7,
+                  input_layout=rng.choice(["channels_last", "channels_last", "contiguous"]),
+                  weight_layout=rng.choice(["contiguous", "channels_last"]),
+                  grad_layout=rng.choice(["channels_last", "contiguous"]))
+    values.update(fixed)
+    return ConvConfig(**values)
+
+
+def conv2d_of(cfg):
+    stride, padding, dilation, groups = cfg.args()
+    return lambda input, weight, bias: ops.conv2d(input, weight, bias, stride, padding, dilation,
+                                                  groups)
+
+
+def expected_format(cfg):
+    """F.conv2d's rule: channels_last when the input or the weight is."""
+    cl = "channels_last" in (cfg.input_layout, cfg.weight_layout)
+    return torch.channels_last if cl else torch.contiguous_format
+
+
+@pytest.mark.parametrize("idx", range(16))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_grouped_matches_torch_on_random_configs(dtype, idx, rng, gen, seed):
+    cfg = grouped_config(rng)
+    out = check_conv_case(conv2d_of(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
+    assert out.is_contiguous(memory_format=expected_format(cfg)), cfg
+
+
+# (C, K, groups, kernel, stride, input size): ResNeXt-50 32x4d's grouped 3x3
+# layers (4, 8, 16 and 32 channels per group) and RegNetY-400MF's (8 per
+# group, 6 to 55 groups), at a smaller plane.
+LAYERS = {
+    "resnext-4pg": (128, 128, 32, 3, 1, 20),
+    "resnext-8pg-s2": (256, 256, 32, 3, 2, 20),
+    "resnext-16pg": (512, 512, 32, 3, 1, 9),
+    "resnext-32pg-s2": (1024, 1024, 32, 3, 2, 14),
+    "regnet-6g-s2": (48, 48, 6, 3, 2, 24),
+    "regnet-55g": (440, 440, 55, 3, 1, 7),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
+@pytest.mark.parametrize("layer", list(LAYERS))
+def test_grouped_matches_torch_on_resnext_and_regnet_layers(dtype, layout, layer, gen, seed):
+    c, k, groups, ks, s, h = LAYERS[layer]
+    cfg = ConvConfig(batch=2, in_channels=c, out_channels=k, groups=groups, kernel=(ks, ks),
+                     stride=(s, s), padding=(ks // 2, ks // 2), dilation=(1, 1), size=(h, h),
+                     bias=True, input_layout=layout, weight_layout=layout, grad_layout=layout)
+    out = check_conv_case(conv2d_of(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
+    assert out.is_contiguous(memory_format=expected_format(cfg)), cfg
+
+
+@pytest.mark.parametrize("dtype", DTYPES[:3])
+@pytest.mark.parametrize("case", ["misaligned", "wide-groups", "empty-batch", "unbatched"])
+def test_cases_the_direct_kernels_narrow_or_decline(dtype, case, rng, gen, seed):
+    # A view one element into its storage (no vector loads), groups wider
+    # than 64 channels (the other routes), an empty batch and an unbatched
+    # input (declined): the same results as F.conv2d either way.
+    fixed = {"misaligned": dict(in_channels=64, out_channels=64, groups=8),
+             "wide-groups": dict(in_channels=144, out_channels=16, groups=2),
+             "empty-batch": dict(batch=0),
+             "unbatched": dict(batch=None, input_layout="contiguous", weight_layout="contiguous",
+                              grad_layout="contiguous")}[case]
+    cfg = grouped_config(rng, **fixed)
+    if case == "misaligned":
+        stride, padding, dilation, groups = cfg.args()
+        x = make_tensor(cfg.input_shape, dtype, "cuda", cfg.input_layout, gen)
+        base = torch.empty(x.numel() + 1, dtype=dtype, device="cuda")
+        shifted = base[1:].view(x.permute(0, 2, 3, 1).shape).permute(0, 3, 1, 2)
+        shifted.copy_(x)
+        w = make_tensor(cfg.weight_shape, dtype, "cuda", "channels_last", gen)
+        got = ops.conv2d(shifted, w, None, stride, padding, dilation, groups)
+        want = F.conv2d(x.double(), w.double(), None, stride, padding, dilation, groups)
+        tol = {torch.float16: 2e-2, torch.bfloat16: 6e-2}.get(dtype, 1e-4)
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * want.abs().max().item())
+        return
+    check_conv_case(conv2d_of(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {case} {cfg}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_grouped_weight_gradient_is_reproducible_bit_for_bit(dtype, gen):
+    # A reduction long enough to be split into many slices.
+    x = make_tensor((8, 128, 32, 32), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((128, 4, 3, 3), dtype, "cuda", "channels_last", gen)
+    go = make_tensor((8, 128, 32, 32), dtype, "cuda", "channels_last", gen)
+    args = ([1, 1], [1, 1], [1, 1], 32)
+    gw = [ops.conv2d_grad_weight(go, x, w, *args) for _ in range(3)]
+    assert all(torch.equal(gw[0], g) for g in gw[1:])
+    assert gw[0].is_contiguous(memory_format=torch.channels_last)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    want = torch.autograd.grad(F.conv2d(x64, w64, None, 1, 1, 1, 32), w64, go.double())[0]
+    scale = float(want.abs().max())
+    tol = {torch.float16: 1e-2, torch.bfloat16: 4e-2, torch.float32: 1e-5}.get(dtype, 1e-12)
+    torch.testing.assert_close(gw[0].double(), want, rtol=tol, atol=tol * scale)
+
+
+def test_grouped_runs_on_the_current_stream_and_in_a_cuda_graph(gen):
+    x = make_tensor((2, 64, 18, 18), torch.float16, "cuda", "channels_last", gen).requires_grad_()
+    w = make_tensor((64, 8, 3, 3), torch.float16, "cuda", "channels_last", gen).requires_grad_()
+    b = make_tensor((64,), torch.float16, "cuda", gen=gen)
+    go = make_tensor((2, 64, 18, 18), torch.float16, "cuda", "channels_last", gen)
+    conv = lambda: ops.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 8)
+
+    def step():
+        out = conv()
+        return (out.detach(),) + torch.autograd.grad(out, (x, w), go)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # warm-up outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            results = step()
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.no_grad():
+        x.copy_(make_tensor(x.shape, torch.float16, "cuda", "channels_last", gen))
+    graph.replay()
+    torch.cuda.synchronize()
+    want = step()
+    for got, ref in zip(results, want):
+        torch.testing.assert_close(got, ref, rtol=0, atol=0)
