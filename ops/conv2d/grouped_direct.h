@@ -1,6 +1,9 @@
 // Grouped convolutions with few channels per group (ResNeXt's 3x3 layers: 32
 // groups of 4 to 32 channels; RegNet's: groups of 8 to 64) as direct kernels
-// on CUDA cores, one launch per pass. A GEMM per group is too small there to
+// on CUDA cores, one launch per pass: the exact route (float32 without TF32,
+// float64, NCHW data) and the gradients; the channels_last 16-bit (and TF32)
+// forward runs on the implicit GEMM's grouped kernel where it applies
+// (implicit_gemm.h). A GEMM per group is too small there to
 // fill the device or its tensor cores: each group multiplies a
 // (K/groups) x (C/groups * kh * kw) matrix, 4 x 36 on ResNeXt's first stage.
 //
@@ -10,8 +13,7 @@
 // and float32, float64 for float64; no TF32). The kernels read and write
 // channels_last: a channels_last input is read in place and gives a
 // channels_last result, as F.conv2d does; an NCHW input is changed to
-// channels_last for the kernel and its result back to NCHW, which measured
-// faster than the per-group GEMMs. The weight is read as (K, kh, kw, C/groups):
+// channels_last for the kernel and its result back to NCHW. The weight is read as (K, kh, kw, C/groups):
 // a channels_last weight in place, another copied into that layout (it is
 // small). Channels are read in vectors of up to 16 bytes where the per-group
 // channel counts and the pointers allow.

@@ -6,6 +6,7 @@
 
 #include "ops/common/launch.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -30,12 +31,29 @@ bool takes_dtype(const at::Tensor& input) {
   return dtype == at::kHalf || dtype == at::kBFloat16;
 }
 
-// Whether the engine takes the geometry and dtype: batched, groups 1, C and K
-// multiples of channel_multiple() and not zero, every size an int.
+// Grouped layers run as groups of `gs` groups each (block_diagonal), where
+// gs groups have a whole number of kGroupTile input and output channels, at
+// most 64: the fewest such gs that divides the groups, or 0 where there is
+// none. ResNeXt's 32 groups of 4 channels run as 4 groups of 32.
+constexpr int64_t kMaxMergedChannels = 64;
+int64_t groups_merged(const Conv2dShape<int64_t>& s) {
+  const int64_t cg = s.in.c / s.groups, kg = s.k / s.groups;
+  for (int64_t gs = 1; gs <= s.groups && gs * std::max(cg, kg) <= kMaxMergedChannels; ++gs) {
+    if (s.groups % gs == 0 && (gs * cg) % implicit_gemm::kGroupTile == 0 &&
+        (gs * kg) % implicit_gemm::kGroupTile == 0) {
+      return gs;
+    }
+  }
+  return 0;
+}
+
+// Whether the engine takes the geometry and dtype: batched, groups 1 (or, for
+// the forward, groups that groups_merged() merges), C and K multiples of
+// channel_multiple() and not zero, every size an int.
 bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   if (!takes_dtype(input)) return false;
   const int64_t m = channel_multiple(input);
-  if (!s.in.batched || s.groups != 1 || s.in.c == 0 || s.in.c % m != 0 || s.k == 0 ||
+  if (!s.in.batched || (s.groups != 1 && groups_merged(s) == 0) || s.in.c == 0 || s.in.c % m != 0 || s.k == 0 ||
       s.k % m != 0) {
     return false;
   }
@@ -141,6 +159,21 @@ std::optional<Operand> prepare(const at::Tensor& t, const Conv2dShape<int64_t>& 
   return op;
 }
 
+// The weight (K, C/groups, kh, kw) of groups merged gs at a time, as the
+// weight of groups/gs groups: (K, gs*C/groups, kh, kw) stored channels_last,
+// each output channel's taps at its own group's channels of the merged group,
+// zeros at the others'.
+at::Tensor block_diagonal(const at::Tensor& weight, int64_t groups, int64_t gs) {
+  if (gs == 1) return weight;
+  const int64_t k = weight.size(0), cg = weight.size(1), r = weight.size(2), s = weight.size(3);
+  const int64_t merged = groups / gs, kg = k / groups;
+  at::Tensor krsc = at::zeros({k, r, s, gs * cg}, weight.options());
+  krsc.view({merged, gs, kg, r, s, gs, cg})
+      .diagonal(0, 1, 5)  // (merged, kg, r, s, cg, gs): group j*gs+l's channels of merged group j
+      .copy_(weight.permute({0, 2, 3, 1}).reshape({merged, gs, kg, r, s, cg}).permute({0, 2, 3, 4, 5, 1}));
+  return krsc.permute({0, 3, 1, 2});
+}
+
 at::Tensor in_format(const at::Tensor& t, const at::Tensor& input, const at::Tensor& weight) {
   return t.contiguous(conv2d_output_format(input, weight));
 }
@@ -159,7 +192,11 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
   pr.weight = const_cast<void*>(w.const_data_ptr());
   pr.output = out.mutable_data_ptr();
   pr.bias = has_bias ? b.const_data_ptr() : nullptr;
-  pr.split_k = fprop_split_k(s, pr.device);
+  if (s.groups > 1) {
+    pr.groups = int(s.groups);
+  } else {
+    pr.split_k = fprop_split_k(s, pr.device);
+  }
   at::Tensor partial;  // the slices' float32 partial outputs
   if (pr.split_k > 1) {
     partial = at::empty({pr.split_k, out.numel()}, input.options().dtype(at::kFloat));
@@ -176,8 +213,14 @@ std::optional<at::Tensor> implicit_gemm_conv2d(const at::Tensor& input, const at
                                                const Conv2dShape<int64_t>& s) {
   const auto x = prepare(input, s, 0);
   if (!x) return std::nullopt;
-  const at::Tensor w = x->s.in.c == s.in.c ? weight : pad_channels(weight, x->s.in.c);
-  const auto out = fprop(x->t, w, bias, x->s);
+  at::Tensor w = x->s.in.c == s.in.c ? weight : pad_channels(weight, x->s.in.c);
+  Conv2dShape<int64_t> merged = x->s;
+  if (s.groups > 1) {
+    const int64_t gs = groups_merged(s);
+    w = block_diagonal(weight, s.groups, gs);
+    merged.groups = s.groups / gs;
+  }
+  const auto out = fprop(x->t, w, bias, merged);
   if (!out) return std::nullopt;
   return in_format(*out, input, weight);
 }
@@ -186,8 +229,9 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
                                                           const at::Tensor& input,
                                                           const at::Tensor& weight,
                                                           const Conv2dShape<int64_t>& s) {
-  // Dilation is not the strided kernel's.
+  // Dilation is not the strided kernel's; groups are the forward's only.
   const Window2d& win = s.win;
+  if (s.groups != 1) return std::nullopt;
   if ((win.sh != 1 || win.sw != 1) && (win.dh != 1 || win.dw != 1)) return std::nullopt;
   if (s.in.n * s.in.h * s.in.w == 0 || s.oh * s.ow == 0) return std::nullopt;
   if (s.in.c % channel_multiple(input) != 0) return std::nullopt;
@@ -209,7 +253,7 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& gra
                                                            const at::Tensor& input,
                                                            const at::Tensor& weight,
                                                            const Conv2dShape<int64_t>& s) {
-  if (s.in.n * s.oh * s.ow == 0) return std::nullopt;
+  if (s.in.n * s.oh * s.ow == 0 || s.groups != 1) return std::nullopt;
   const auto x = prepare(input, s, channel_multiple(input));
   if (!x) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());

@@ -8,7 +8,7 @@
 // Takes: CUDA tensors stored channels_last (the input, and grad_output for the
 // gradients), float16 or bfloat16, or float32 where PyTorch's TF32 policy for
 // convolutions allows TF32 (torch.backends.cudnn.allow_tf32; the exact routes
-// take it otherwise), groups 1, C and K multiples of 16 bytes (8 channels in
+// take it otherwise), groups 1 (the forward: see below), C and K multiples of 16 bytes (8 channels in
 // 16-bit, 4 in float32), 16-byte aligned data, every tensor under 2^31
 // elements. The weight is read as (K, kh, kw, C): a channels_last weight is
 // used as it is, another is copied into that layout. Results are
@@ -23,6 +23,15 @@
 // Pointwise layers (1x1, stride 1, no padding) of any floating dtype skip the
 // convolution kernels: on channels_last data each of their passes is one
 // matrix product over (N*H*W, C) rows, which cuBLAS computes (pointwise_gemm.h).
+//
+// Grouped forward (groups > 1): groups are merged a few at a time into groups
+// of a whole number of 32-channel tiles, at most 64 channels (ResNeXt's 32
+// groups of 4 channels run as 4 groups of 32), the weight expanded into the
+// merged groups' block-diagonal weight (zeros between the groups), and
+// CUTLASS's single-group kernel runs them: each block computes 128 positions x
+// 32 output channels of one merged group. Where no merge divides the groups
+// (13 groups of 8) the engine declines; the grouped direct kernels
+// (grouped_direct.h) take those, and the gradients of grouped layers.
 //
 // Routes, each declining (nullopt) where it does not apply:
 //   forward      the fprop kernel; on small planes (128 x 128 output tiles
@@ -80,7 +89,14 @@ struct ConvProblem {
   // ((split_k, N, P, Q, K)), then adds them, with the bias, into `output`.
   int split_k = 1;
   void* workspace = nullptr;
+  // fprop only: groups, the weight (K, r, s, C / groups); each group's input
+  // and output channels a multiple of kGroupTile (no split-K).
+  int groups = 1;
 };
+
+// The output channels of a grouped fprop's block, and the depth of its
+// reduction steps: both lie inside one group.
+constexpr int kGroupTile = 32;
 
 // The weight gradient's tile (rows: K, columns: kh*kw*C).
 constexpr int kWgradTileRows = 128, kWgradTileCols = 128;

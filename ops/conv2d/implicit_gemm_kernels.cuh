@@ -28,6 +28,7 @@
 #include <cutlass/conv/device/implicit_gemm_convolution.h>
 #include <cutlass/conv/kernel/default_conv2d_dgrad.h>
 #include <cutlass/conv/kernel/default_conv2d_fprop.h>
+#include <cutlass/conv/kernel/default_conv2d_group_fprop.h>
 #include <cutlass/conv/kernel/default_conv2d_wgrad.h>
 #include <cutlass/conv/threadblock/threadblock_swizzle.h>
 #include <cutlass/cutlass.h>
@@ -85,6 +86,24 @@ struct FpropKernel {
       cutlass::arch::OpMultiplyAdd, cutlass::conv::IteratorAlgorithm::kOptimized>::Kernel;
 };
 
+// Grouped fprop (CUTLASS's single-group mode): a block computes 128 output
+// positions x kGroupTile output channels of one group, its reduction steps
+// kGroupTile channels of that group's input, so that no step reads another
+// group's channels; 4 warps of 32 x 32.
+template <typename Element>
+struct GroupFpropKernel {
+  using Tile = TileConfig<GemmShape<128, kGroupTile, kGroupTile>, GemmShape<32, 32, kGroupTile>,
+                          sizeof(Element) == 2 ? 4 : 3>;
+  using Epilogue = cutlass::epilogue::thread::LinearCombination<Element, kVector<Element>, float, float>;
+  using Kernel = typename cutlass::conv::kernel::DefaultConv2dGroupFprop<
+      Element, Layout, Element, Layout, Element, Layout, float, cutlass::arch::OpClassTensorOp,
+      cutlass::arch::Sm80, typename Tile::kTile, typename Tile::kWarp,
+      typename Tiles<Element>::Instruction, Epilogue,
+      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<4>, Tile::kStages,
+      cutlass::arch::OpMultiplyAdd, cutlass::conv::GroupMode::kSingleGroup,
+      cutlass::conv::IteratorAlgorithm::kOptimized>::Kernel;
+};
+
 // kUnity: stride 1, each input position's taps the output positions around it.
 // kStrided: stride > 1, one sub-problem per stride phase (no dilation), with
 // its own swizzle.
@@ -116,7 +135,8 @@ struct WgradKernel {
 inline cutlass::conv::Conv2dProblemSize problem_size(const ConvProblem& pr, int split_k = 1) {
   return cutlass::conv::Conv2dProblemSize(
       pr.n, pr.h, pr.w, pr.c, pr.k, pr.r, pr.s, pr.p, pr.q, pr.pad_h, pr.pad_w, pr.stride_h,
-      pr.stride_w, pr.dilation_h, pr.dilation_w, cutlass::conv::Mode::kCrossCorrelation, split_k);
+      pr.stride_w, pr.dilation_h, pr.dilation_w, cutlass::conv::Mode::kCrossCorrelation, split_k,
+      pr.groups);
 }
 
 template <typename Element>
@@ -158,7 +178,7 @@ bool launch_fprop(const ConvProblem& pr) {
   auto* b = split ? nullptr : as<ElementOut>(pr.bias);
   const typename Device::Arguments args(
       problem_size(pr, pr.split_k), {as<Element>(pr.input), Layout::packed({pr.n, pr.h, pr.w, pr.c})},
-      {as<Element>(pr.weight), Layout::packed({pr.k, pr.r, pr.s, pr.c})},
+      {as<Element>(pr.weight), Layout::packed({pr.k, pr.r, pr.s, pr.c / pr.groups})},
       {b ? b : y, b ? bias_layout : out_layout}, {y, out_layout}, {1.0f, b ? 1.0f : 0.0f},
       split ? cutlass::conv::SplitKMode::kParallel : cutlass::conv::SplitKMode::kSerial);
   return launch<Kernel>(args, pr);
@@ -194,6 +214,7 @@ __global__ void sum_slices(const float4* __restrict__ part, const Element* __res
 template <typename Element>
 bool fprop(const ConvProblem& pr) {
   using T = Tiles<Element>;
+  if (pr.groups > 1) return launch_fprop<typename GroupFpropKernel<Element>::Kernel>(pr);
   if (pr.k <= 64) return launch_fprop<typename FpropKernel<Element, typename T::Narrow>::Kernel>(pr);
   if (pr.split_k <= 1) return launch_fprop<typename FpropKernel<Element, typename T::Large>::Kernel>(pr);
   if (!launch_fprop<typename FpropKernel<Element, typename T::Large, float>::Kernel>(pr)) return false;

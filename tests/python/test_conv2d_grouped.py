@@ -160,3 +160,24 @@ def test_grouped_runs_on_the_current_stream_and_in_a_cuda_graph(gen):
     want = step()
     for got, ref in zip(results, want):
         torch.testing.assert_close(got, ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("layer", ["resnext-4pg", "resnext-32pg-s2", "regnet-55g"])
+def test_grouped_float32_under_tf32(layer, gen):
+    # With PyTorch's TF32 policy for convolutions on, float32 groups that
+    # merge into whole 32-channel tiles run on the tensor cores in TF32: close
+    # to float64 at TF32's precision, channels_last; the others stay exact.
+    c, k, groups, ks, s, h = LAYERS[layer]
+    x = make_tensor((2, c, h, h), torch.float32, "cuda", "channels_last", gen)
+    w = make_tensor((k, c // groups, ks, ks), torch.float32, "cuda", "channels_last", gen)
+    args = ([s, s], [ks // 2, ks // 2], [1, 1], groups)
+    saved = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = True
+        got = ops.conv2d(x, w, None, *args)
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    want = F.conv2d(x.double(), w.double(), None, s, ks // 2, 1, groups)
+    bound = F.conv2d(x.double().abs(), w.double().abs(), None, s, ks // 2, 1, groups)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    assert ((got.double() - want).abs() <= 2.0**-9 * bound + 1e-6).all()
