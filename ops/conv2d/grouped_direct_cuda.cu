@@ -385,8 +385,9 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight(const at::Tensor& gr
     });
   });
   // (k, r, s, cg) summed in slice order, as the weight (k, cg, r, s) stored channels_last.
-  const at::Tensor sum = slices == 1 ? partial.select(0, 0) : partial.sum(0);
-  return sum.to(x.scalar_type()).permute({0, 3, 1, 2}).contiguous(format);
+  const at::Tensor sum = slices == 1 ? partial.select(0, 0).to(x.scalar_type())
+                                     : at::sum(partial, {0}, false, x.scalar_type());
+  return sum.permute({0, 3, 1, 2}).contiguous(format);
 }
 
 }  // namespace customconv

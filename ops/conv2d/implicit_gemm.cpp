@@ -211,7 +211,10 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
 std::optional<at::Tensor> implicit_gemm_conv2d(const at::Tensor& input, const at::Tensor& weight,
                                                const std::optional<at::Tensor>& bias,
                                                const Conv2dShape<int64_t>& s) {
-  const auto x = prepare(input, s, 0);
+  // Grouped layers take NCHW data too, changed to channels_last and back: the
+  // direct kernels they would go to otherwise change the layout as well.
+  const bool relayout = s.groups > 1 && input.dim() == 4 && !input.is_contiguous(kChannelsLast);
+  const auto x = prepare(relayout ? input.contiguous(kChannelsLast) : input, s, 0);
   if (!x) return std::nullopt;
   at::Tensor w = x->s.in.c == s.in.c ? weight : pad_channels(weight, x->s.in.c);
   Conv2dShape<int64_t> merged = x->s;

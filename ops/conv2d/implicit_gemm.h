@@ -30,7 +30,9 @@
 // merged groups' block-diagonal weight (zeros between the groups), and
 // CUTLASS's single-group kernel runs them: each block computes 128 positions x
 // 32 output channels of one merged group. Where no merge divides the groups
-// (13 groups of 8) the engine declines; the grouped direct kernels
+// (13 groups of 8) the engine declines. Grouped NCHW data is changed to
+// channels_last for the kernel and back (the direct kernels would change it
+// too); the grouped direct kernels
 // (grouped_direct.h) take those, and the gradients of grouped layers.
 //
 // Routes, each declining (nullopt) where it does not apply:
