@@ -1,6 +1,6 @@
 """Where the time of one conv2d layer goes, kernel by kernel, on a GPU.
 
-    python3 bench/conv2d_breakdown.py [--dtype bfloat16] [--layer N,C,H,K,k,s ...]
+    python3 bench/conv2d_breakdown.py [--dtype bfloat16] [--channels-last] [--layer N,C,H,K,k,s[,groups] ...]
 
 For each layer it profiles our conv2d and F.conv2d, forward and forward+backward,
 and prints the CUDA kernels with their total time per call.
@@ -38,21 +38,24 @@ def profile_calls(fn, reps):
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--layer", action="append", help="N,C,H,K,kernel,stride")
+    parser.add_argument("--layer", action="append", help="N,C,H,K,kernel,stride[,groups]")
+    parser.add_argument("--channels-last", action="store_true", help="channels_last input and weight")
     parser.add_argument("--reps", type=int, default=10)
     args = parser.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     for spec in args.layer or DEFAULT_LAYERS:
-        n, c, h, k, ks, s = (int(v) for v in spec.split(","))
-        x = torch.randn(n, c, h, h, device="cuda", dtype=dtype, requires_grad=True)
-        w = torch.randn(k, c, ks, ks, device="cuda", dtype=dtype, requires_grad=True)
+        n, c, h, k, ks, s, *rest = (int(v) for v in spec.split(","))
+        g = rest[0] if rest else 1
+        fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+        x = torch.randn(n, c, h, h, device="cuda", dtype=dtype).to(memory_format=fmt).requires_grad_()
+        w = torch.randn(k, c // g, ks, ks, device="cuda", dtype=dtype).to(memory_format=fmt).requires_grad_()
         for name, conv in (("customconv", customconv.conv2d), ("F.conv2d", F.conv2d)):
             def fwd():
                 with torch.no_grad():
-                    conv(x, w, None, s, ks // 2)
+                    conv(x, w, None, s, ks // 2, 1, g)
 
             def fwd_bwd():
-                out = conv(x, w, None, s, ks // 2)
+                out = conv(x, w, None, s, ks // 2, 1, g)
                 torch.autograd.grad(out, (x, w), torch.ones_like(out))
 
             for pass_name, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):

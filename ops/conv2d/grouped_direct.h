@@ -20,7 +20,8 @@
 //
 // Routes, each declining (nullopt) where it does not apply:
 //   forward      per thread, a vector of output channels of one group at 4
-//                neighbouring output positions; bias added before the store;
+//                neighbouring output positions (1 on small planes); bias
+//                added before the store;
 //   grad_input   the same mapping over input positions, gathering the taps
 //                that reach each position (any stride, padding, dilation);
 //   grad_weight  per thread, a vector of output channels x a vector of input
