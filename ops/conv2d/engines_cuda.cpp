@@ -27,6 +27,9 @@ std::optional<at::Tensor> cuda_conv2d_grad_input_engine(const at::Tensor& grad_o
     const bool as_forward = w.sh == 1 && w.sw == 1 && w.dh * (w.kh - 1) >= w.ph &&
                             w.dw * (w.kw - 1) >= w.pw && !pointwise;
     if (as_forward) return std::nullopt;
+#ifdef CUSTOMCONV_WITH_CUTLASS
+    if (auto gi = implicit_gemm_grouped_conv2d_grad_input(grad_output, input, weight, s)) return gi;
+#endif
     return grouped_direct_conv2d_grad_input(grad_output, input, weight, s);
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS
@@ -40,7 +43,12 @@ std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_
                                                          const at::Tensor& input,
                                                          const at::Tensor& weight,
                                                          const Conv2dShape<int64_t>& s) {
-  if (s.groups > 1) return grouped_direct_conv2d_grad_weight(grad_output, input, weight, s);
+  if (s.groups > 1) {
+#ifdef CUSTOMCONV_WITH_CUTLASS
+    if (auto gw = implicit_gemm_grouped_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
+#endif
+    return grouped_direct_conv2d_grad_weight(grad_output, input, weight, s);
+  }
 #ifdef CUSTOMCONV_WITH_CUTLASS
   return implicit_gemm_conv2d_grad_weight(grad_output, input, weight, s);
 #else

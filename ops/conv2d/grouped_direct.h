@@ -1,9 +1,9 @@
 // Grouped convolutions with few channels per group (ResNeXt's 3x3 layers: 32
 // groups of 4 to 32 channels; RegNet's: groups of 8 to 64) as direct kernels
 // on CUDA cores, one launch per pass: the exact route (float32 without TF32,
-// float64, NCHW data) and the gradients; the channels_last 16-bit (and TF32)
-// forward runs on the implicit GEMM's grouped kernel where it applies
-// (implicit_gemm.h). A GEMM per group is too small there to
+// float64) and what the implicit GEMMs decline (implicit_gemm.h: they take the
+// 16-bit and TF32 forward where groups merge into 32-channel tiles, and the
+// gradients of up to 32 groups as dense problems). A GEMM per group is too small there to
 // fill the device or its tensor cores: each group multiplies a
 // (K/groups) x (C/groups * kh * kw) matrix, 4 x 36 on ResNeXt's first stage.
 //
@@ -20,8 +20,7 @@
 //
 // Routes, each declining (nullopt) where it does not apply:
 //   forward      per thread, a vector of output channels of one group at 4
-//                neighbouring output positions (1 on small planes); bias
-//                added before the store;
+//                neighbouring output positions; bias added before the store;
 //   grad_input   the same mapping over input positions, gathering the taps
 //                that reach each position (any stride, padding, dilation);
 //   grad_weight  per thread, a vector of output channels x a vector of input

@@ -16,6 +16,7 @@ namespace customconv {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kPixels = 4;  // neighbouring positions of a row per thread (forward, grad_input)
 constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
 
 // One call's geometry, channels_last: input (n, h, w, c), output (n, p, q, k),
@@ -48,12 +49,11 @@ __device__ __forceinline__ void store_vec(T* dst, const A (&src)[V]) {
 }
 
 // Forward. Thread (n, y, x0..x0+kPixels-1, k0..k0+V-1): V output channels of
-// one group at kPixels (4, or 1 on small problems) neighbouring output
-// positions of row y; neighbouring
+// one group at kPixels neighbouring output positions of row y; neighbouring
 // threads take neighbouring channel vectors of the same positions, so that
 // their loads of the input and their stores are contiguous. Per tap and per
 // vector of the group's input channels it adds V x V x kPixels products.
-template <typename T, int V, int kPixels>
+template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const T* __restrict__ in, const T* __restrict__ wt, const T* __restrict__ bias,
                    T* __restrict__ out, Geometry g, int64_t total) {
@@ -119,12 +119,12 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Input gradient. Thread (n, y, x0..x0+kPixels-1, c0..c0+V-1): V input
-// channels of one group at kPixels (4, or 1) neighbouring input positions of row y,
+// channels of one group at kPixels neighbouring input positions of row y,
 // neighbouring threads on neighbouring channel vectors. Per tap it gathers
 // the output position the tap maps each input position to (where the stride
 // divides) and adds, per vector of the group's output channels, V x V x
 // kPixels products of grad_output and the weight.
-template <typename T, int V, int kPixels>
+template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     grad_input_kernel(const T* __restrict__ gout, const T* __restrict__ wt, T* __restrict__ gin,
                       Geometry g, int64_t total) {
@@ -292,16 +292,6 @@ void with_width(int v, F&& f) {
 
 unsigned grid_for(int64_t total) { return unsigned(blocks_for(total, kThreads)); }
 
-// f(integral_constant<int, P>) with P, the positions per thread of the
-// forward and input-gradient kernels: 4, unless that leaves fewer than about
-// 1024 threads per multiprocessor (small planes), then 1.
-template <typename F>
-void with_pixels(int64_t threads_at_1, int device, F&& f) {
-  const int64_t sms = at::cuda::getDeviceProperties(device)->multiProcessorCount;
-  if (threads_at_1 / 4 >= 1024 * sms) return f(std::integral_constant<int, 4>{});
-  f(std::integral_constant<int, 1>{});
-}
-
 }  // namespace
 
 std::optional<at::Tensor> grouped_direct_conv2d(const at::Tensor& input, const at::Tensor& weight,
@@ -321,15 +311,12 @@ std::optional<at::Tensor> grouped_direct_conv2d(const at::Tensor& input, const a
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "grouped_conv2d", [&] {
     with_width<scalar_t>(v, [&](auto width) {
       constexpr int V = decltype(width)::value;
-      with_pixels(g.n * g.p * g.q * (g.k / V), input.get_device(), [&](auto pixels) {
-        constexpr int P = decltype(pixels)::value;
-        const int64_t total = g.n * g.p * ((g.q + P - 1) / P) * (g.k / V);
-        forward_kernel<scalar_t, V, P><<<grid_for(total), kThreads, 0, stream>>>(
-            x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
-            has_bias ? b.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>(), g,
-            total);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      });
+      const int64_t total = g.n * g.p * ((g.q + kPixels - 1) / kPixels) * (g.k / V);
+      forward_kernel<scalar_t, V><<<grid_for(total), kThreads, 0, stream>>>(
+          x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
+          has_bias ? b.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>(), g,
+          total);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
   return out.contiguous(format);
@@ -351,14 +338,11 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_input(const at::Tensor& gra
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, go.scalar_type(), "grouped_conv2d_grad_input", [&] {
     with_width<scalar_t>(v, [&](auto width) {
       constexpr int V = decltype(width)::value;
-      with_pixels(g.n * g.h * g.w * (g.c / V), input.get_device(), [&](auto pixels) {
-        constexpr int P = decltype(pixels)::value;
-        const int64_t total = g.n * g.h * ((g.w + P - 1) / P) * (g.c / V);
-        grad_input_kernel<scalar_t, V, P><<<grid_for(total), kThreads, 0, stream>>>(
-            go.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
-            gi.mutable_data_ptr<scalar_t>(), g, total);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      });
+      const int64_t total = g.n * g.h * ((g.w + kPixels - 1) / kPixels) * (g.c / V);
+      grad_input_kernel<scalar_t, V><<<grid_for(total), kThreads, 0, stream>>>(
+          go.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(), gi.mutable_data_ptr<scalar_t>(),
+          g, total);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
   return gi.contiguous(format);

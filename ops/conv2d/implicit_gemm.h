@@ -29,11 +29,12 @@
 // groups of 4 channels run as 4 groups of 32), the weight expanded into the
 // merged groups' block-diagonal weight (zeros between the groups), and
 // CUTLASS's single-group kernel runs them: each block computes 128 positions x
-// 32 output channels of one merged group. Where no merge divides the groups
-// (13 groups of 8) the engine declines. Grouped NCHW data is changed to
-// channels_last for the kernel and back (the direct kernels would change it
-// too); the grouped direct kernels
-// (grouped_direct.h) take those, and the gradients of grouped layers.
+// 32 output channels of one merged group. Grouped NCHW data is changed to
+// channels_last for the kernel and back. Where no merge divides the groups
+// (13 groups of 8) the engine declines, and the grouped direct kernels
+// (grouped_direct.h) take the layer. The gradients of grouped layers (2 to 32
+// groups) run as the dense problem with the block-diagonal weight; see the
+// grouped gradients below.
 //
 // Routes, each declining (nullopt) where it does not apply:
 //   forward      the fprop kernel; on small planes (128 x 128 output tiles
@@ -115,4 +116,17 @@ bool wgrad_bf16(const ConvProblem& problem);
 bool wgrad_f32(const ConvProblem& problem);
 
 }  // namespace implicit_gemm
+// Grouped layers' gradients (groups 2 to 32): the dense problem over all
+// channel pairs with the block-diagonal weight, whose groups' blocks are kept;
+// nullopt where the engine does not take it (its dense weight would pass 48
+// MiB in float32, or the dense problem is declined).
+std::optional<at::Tensor> implicit_gemm_grouped_conv2d_grad_input(const at::Tensor& grad_output,
+                                                                  const at::Tensor& input,
+                                                                  const at::Tensor& weight,
+                                                                  const Conv2dShape<int64_t>& s);
+std::optional<at::Tensor> implicit_gemm_grouped_conv2d_grad_weight(const at::Tensor& grad_output,
+                                                                   const at::Tensor& input,
+                                                                   const at::Tensor& weight,
+                                                                   const Conv2dShape<int64_t>& s);
+
 }  // namespace customconv
