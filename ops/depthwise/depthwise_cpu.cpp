@@ -8,41 +8,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "ops/common/cpu_simd.h"
 #include "ops/common/launch.h"
+#include "ops/common/parallel_cpu.h"
 #include "ops/depthwise/depthwise.h"
 
 namespace customconv {
 namespace {
-
-// Runs f(b, e) over subranges [b, e) covering [0, n), spread over ATen's
-// intra-op threads like ATen's own CPU ops. at::parallel_for cannot do this
-// here: with PyTorch's OpenMP backend its threading lives in a header and
-// only takes effect in code compiled with -fopenmp (without it, it calls
-// f(0, n) on the calling thread). TensorIterator::for_each is compiled into
-// ATen, so it is used to split the range: it iterates over n bytes (never
-// read or written) and hands each thread a contiguous run of them; a byte's
-// offset is its index. Ranges below 2 * grain, one thread, or a call from
-// inside a parallel region run inline.
-template <class F>
-void parallel_range(int64_t n, int64_t grain, const F& f) {
-  if (n <= 0) return;
-  if (n < 2 * grain || at::get_num_threads() < 2 || at::in_parallel_region()) return f(0, n);
-  const at::Tensor marks = at::empty({n}, at::TensorOptions().dtype(at::kByte));
-  at::TensorIterator iter = at::TensorIteratorConfig()
-                                .add_output(marks)
-                                .resize_outputs(false)
-                                .check_all_same_dtype(false)
-                                .build();
-  const char* base = static_cast<const char*>(marks.const_data_ptr());
-  iter.for_each(
-      [&](char** data, const int64_t* strides, int64_t size0, int64_t size1) {
-        for (int64_t o = 0; o < size1; ++o) {
-          const int64_t b = data[0] + o * strides[1] - base;
-          f(b, b + size0);
-        }
-      },
-      grain);
-}
 
 // Geometry of one call in plain integers.
 struct Dims {
@@ -73,28 +45,6 @@ bool padded_copy_fits(const Window2d& k, int64_t oh, int64_t ow, int64_t in_plan
   return rows * pitch <= 4.0 * double(in_plane + (ow + 15) / 16 * 16 * oh) + double(1 << 16);
 }
 
-// The hot float32 loops below are compiled twice on x86-64 (x86-64-v3: AVX2 and FMA; and the
-// baseline), the loader picking one for the machine at run time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CUSTOMCONV_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define CUSTOMCONV_CPU_CLONES
-#endif
-
-// The helpers below are always inlined into their callers, so the vector
-// calling convention GCC warns about (-Wpsabi) never crosses a call.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-
-// 8 floats as one value (GCC/Clang vector extension: one AVX register, or
-// two SSE registers in the baseline build), loaded and stored unaligned.
-typedef float Float8 __attribute__((vector_size(32)));
-__attribute__((always_inline)) inline Float8 load8(const float* p) {
-  Float8 v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
 __attribute__((always_inline)) inline Float8 load8_strided(const float* p, int64_t stride) {
   Float8 v;
   for (int l = 0; l < 8; ++l) v[l] = p[l * stride];
@@ -104,9 +54,6 @@ __attribute__((always_inline)) inline Float8 load8_strided(const float* p, int64
 __attribute__((always_inline)) inline Float8 load8_even(const float* p) {
   typedef int Int8 __attribute__((vector_size(32)));
   return __builtin_shuffle(load8(p), load8(p + 8), Int8{0, 2, 4, 6, 8, 10, 12, 14});
-}
-__attribute__((always_inline)) inline void store8(float* p, Float8 v) {
-  __builtin_memcpy(p, &v, sizeof v);
 }
 
 // Output row y of a correlation over a zero-padded plane P (row pitch pw_):
