@@ -12,6 +12,21 @@
 
 namespace customconv {
 
+// Optional kernels on channels_last tensors (input, output, grad_output and
+// grad_input batched and stored channels_last; weight (C, 1, kh, kw), bias
+// (C,), grad_weight (C, 1, kh, kw) contiguous), channel multiplier 1. Each
+// returns false, writing nothing, when it does not take the call (such as
+// its dtype); null: the device has none.
+struct DepthwiseChannelsLastKernels {
+  bool (*forward)(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                  const at::Tensor& output, const Window2d& win) = nullptr;
+  bool (*grad_input)(const at::Tensor& grad_output, const at::Tensor& weight,
+                     const at::Tensor& grad_input, const Window2d& win) = nullptr;
+  // A reduction in a fixed order, whatever the thread count.
+  bool (*grad_weight)(const at::Tensor& grad_output, const at::Tensor& input,
+                      const at::Tensor& grad_weight, const Window2d& win) = nullptr;
+};
+
 // Kernels on contiguous 4-D tensors: input (N, C, H, W), weight (C*m, 1, kh, kw),
 // output / grad_output (N, C*m, oh, ow); `mult` is m. Each writes every element
 // of its output.
@@ -31,9 +46,12 @@ struct DepthwiseKernels {
   bool (*grad_weight_bias)(const at::Tensor& grad_output, const at::Tensor& input,
                            const at::Tensor& grad_weight, const at::Tensor& grad_bias,
                            const Window2d& win, int64_t mult);
+  DepthwiseChannelsLastKernels channels_last;
 };
 
 DepthwiseKernels cpu_depthwise_kernels();
+// The CPU's channels_last float32 kernels (depthwise_channels_last_cpu.cpp).
+DepthwiseChannelsLastKernels cpu_depthwise_channels_last_kernels();
 #ifdef CUSTOMCONV_WITH_CUDA
 DepthwiseKernels cuda_depthwise_kernels();
 #endif

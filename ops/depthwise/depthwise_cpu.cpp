@@ -768,7 +768,8 @@ void grad_weight_cpu(const at::Tensor& grad_output, const at::Tensor& input,
 }  // namespace
 
 DepthwiseKernels cpu_depthwise_kernels() {
-  return {&forward_cpu, &grad_input_cpu, &grad_weight_cpu, nullptr};
+  return {&forward_cpu, &grad_input_cpu, &grad_weight_cpu, nullptr,
+          cpu_depthwise_channels_last_kernels()};
 }
 
 }  // namespace customconv

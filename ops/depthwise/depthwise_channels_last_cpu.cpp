@@ -1,0 +1,348 @@
+// depthwise_conv2d's three passes on channels_last float32 data on the CPU
+// (channel multiplier 1), without changing the layout: a position's channels
+// are contiguous, so every tap is a multiply-add of channel vectors, with the
+// taps transposed to (kh*kw, C) so that a tap's weights are contiguous too.
+// The output rows (forward) or input rows (input gradient) are spread over
+// ATen's threads; the weight gradient's reduction is split into a fixed
+// number of chunks of rows, summed in order (the result does not depend on
+// the thread count).
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "ops/common/cpu_simd.h"
+#include "ops/common/launch.h"
+#include "ops/common/parallel_cpu.h"
+#include "ops/depthwise/depthwise.h"
+
+namespace customconv {
+namespace {
+
+struct Dims {
+  int64_t n, c, h, w, oh, ow;  // input (n, h, w, c), output (n, oh, ow, c)
+};
+
+constexpr int kBlock = 4;  // positions per block
+
+// The taps of weight (C, 1, kh, kw) as (kh*kw, C), float32, contiguous.
+at::Tensor taps_by_channel(const at::Tensor& weight) {
+  return weight.reshape({weight.size(0), weight.size(2) * weight.size(3)}).t().contiguous();
+}
+
+// ---------------------------------------------------------------- forward
+
+// Output positions x0..x0+P-1 of row y of one image, channels [c, c + 16):
+// P x 2 vector accumulators over the taps.
+template <int P>
+__attribute__((always_inline)) inline void forward_block(const float* img, const float* taps,
+                                                         const float* bias, float* orow,
+                                                         const Dims& d, const Window2d& k,
+                                                         int64_t y, int64_t x0, int64_t c) {
+  Float8 acc[P][2];
+  const Float8 b0 = bias != nullptr ? load8(bias + c) : Float8{};
+  const Float8 b1 = bias != nullptr ? load8(bias + c + 8) : Float8{};
+  for (int t = 0; t < P; ++t) acc[t][0] = b0, acc[t][1] = b1;
+  for (int64_t i = 0; i < k.kh; ++i) {
+    const int64_t iy = y * k.sh - k.ph + i * k.dh;
+    if (iy < 0 || iy >= d.h) continue;
+    const float* row = img + iy * d.w * d.c + c;
+    for (int64_t j = 0; j < k.kw; ++j) {
+      const float* tap = taps + (i * k.kw + j) * d.c + c;
+      const Float8 w0 = load8(tap), w1 = load8(tap + 8);
+      for (int t = 0; t < P; ++t) {
+        const int64_t ix = (x0 + t) * k.sw - k.pw + j * k.dw;
+        if (ix < 0 || ix >= d.w) continue;
+        const float* src = row + ix * d.c;
+        acc[t][0] += load8(src) * w0;
+        acc[t][1] += load8(src + 8) * w1;
+      }
+    }
+  }
+  for (int t = 0; t < P; ++t) {
+    store8(orow + (x0 + t) * d.c + c, acc[t][0]);
+    store8(orow + (x0 + t) * d.c + c + 8, acc[t][1]);
+  }
+}
+
+// forward_block for positions whose every tap lies inside the row (no
+// column checks): consecutive positions sw columns apart.
+template <int P>
+__attribute__((always_inline)) inline void forward_block_inside(const float* img, const float* taps,
+                                                                const float* bias, float* orow,
+                                                                const Dims& d, const Window2d& k,
+                                                                int64_t y, int64_t x0, int64_t c) {
+  Float8 acc[P][2];
+  const Float8 b0 = bias != nullptr ? load8(bias + c) : Float8{};
+  const Float8 b1 = bias != nullptr ? load8(bias + c + 8) : Float8{};
+  for (int t = 0; t < P; ++t) acc[t][0] = b0, acc[t][1] = b1;
+  const int64_t step = k.sw * d.c;
+  for (int64_t i = 0; i < k.kh; ++i) {
+    const int64_t iy = y * k.sh - k.ph + i * k.dh;
+    if (iy < 0 || iy >= d.h) continue;
+    const float* src = img + (iy * d.w + x0 * k.sw - k.pw) * d.c + c;
+    const float* tap = taps + i * k.kw * d.c + c;
+    for (int64_t j = 0; j < k.kw; ++j, src += k.dw * d.c, tap += d.c) {
+      const Float8 w0 = load8(tap), w1 = load8(tap + 8);
+      for (int t = 0; t < P; ++t) {
+        acc[t][0] += load8(src + t * step) * w0;
+        acc[t][1] += load8(src + t * step + 8) * w1;
+      }
+    }
+  }
+  for (int t = 0; t < P; ++t) {
+    store8(orow + (x0 + t) * d.c + c, acc[t][0]);
+    store8(orow + (x0 + t) * d.c + c + 8, acc[t][1]);
+  }
+}
+
+// The positions [lo, hi) of a row of `out` positions whose taps all lie in
+// [0, size): position x reads x * stride + offset + tap * dilation for taps
+// 0..taps-1.
+struct Inside {
+  int64_t lo, hi;
+};
+Inside inside(int64_t offset, int64_t stride, int64_t taps, int64_t dilation, int64_t size,
+              int64_t out) {
+  const int64_t lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  const int64_t last = size - 1 - offset - (taps - 1) * dilation;  // x * stride <= last
+  const int64_t hi = last >= 0 ? std::min(out, last / stride + 1) : 0;
+  return {std::min(lo, out), std::max(std::min(lo, out), hi)};
+}
+
+// Output rows [r0, r1) (r = n * oh + y): blocks of kBlock positions x 16
+// channels where every tap lies inside the row, single positions with column
+// checks elsewhere, then the channels past the last multiple of 16 one at a
+// time.
+CUSTOMCONV_CPU_CLONES void forward_rows(const float* in, const float* taps, const float* bias,
+                                        float* out, Dims d, Window2d k, int64_t r0, int64_t r1) {
+  const int64_t c16 = d.c / 16 * 16;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t y = r % d.oh;
+    const float* img = in + (r / d.oh) * d.h * d.w * d.c;
+    float* orow = out + r * d.ow * d.c;
+    const Inside in_row = inside(-k.pw, k.sw, k.kw, k.dw, d.w, d.ow);
+    int64_t x = 0;
+    for (; x < in_row.lo; ++x) {
+      for (int64_t c = 0; c < c16; c += 16) forward_block<1>(img, taps, bias, orow, d, k, y, x, c);
+    }
+    for (; x + kBlock <= in_row.hi; x += kBlock) {
+      for (int64_t c = 0; c < c16; c += 16) {
+        forward_block_inside<kBlock>(img, taps, bias, orow, d, k, y, x, c);
+      }
+    }
+    for (; x < d.ow; ++x) {
+      for (int64_t c = 0; c < c16; c += 16) forward_block<1>(img, taps, bias, orow, d, k, y, x, c);
+    }
+    for (x = 0; x < d.ow && c16 < d.c; ++x) {
+      for (int64_t c = c16; c < d.c; ++c) {
+        float acc = bias != nullptr ? bias[c] : 0.f;
+        for (int64_t i = 0; i < k.kh; ++i) {
+          const int64_t iy = y * k.sh - k.ph + i * k.dh;
+          if (iy < 0 || iy >= d.h) continue;
+          for (int64_t j = 0; j < k.kw; ++j) {
+            const int64_t ix = x * k.sw - k.pw + j * k.dw;
+            if (ix >= 0 && ix < d.w) acc += img[(iy * d.w + ix) * d.c + c] * taps[(i * k.kw + j) * d.c + c];
+          }
+        }
+        orow[x * d.c + c] = acc;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- input gradient
+
+// The output coordinate that tap offset `off` (= input coordinate + padding
+// - tap * dilation) maps to, or -1 where the stride does not divide it or it
+// falls outside [0, size).
+__attribute__((always_inline)) inline int64_t source(int64_t off, int64_t stride, int64_t size) {
+  if (off < 0 || off % stride != 0 || off / stride >= size) return -1;
+  return off / stride;
+}
+
+// Input positions x0..x0+P-1 of row y of one image's gradient, channels
+// [c, c + 16): the grad_output positions each tap maps them to, looked up in
+// `cols` (kw x w: the grad_output column of tap j at input column x, or -1).
+template <int P>
+__attribute__((always_inline)) inline void grad_input_block(const float* gimg, const float* taps,
+                                                            const int64_t* cols, float* grow,
+                                                            const Dims& d, const Window2d& k,
+                                                            int64_t y, int64_t x0, int64_t c) {
+  Float8 acc[P][2];
+  for (int t = 0; t < P; ++t) acc[t][0] = Float8{}, acc[t][1] = Float8{};
+  for (int64_t i = 0; i < k.kh; ++i) {
+    const int64_t oy = source(y + k.ph - i * k.dh, k.sh, d.oh);
+    if (oy < 0) continue;
+    const float* row = gimg + oy * d.ow * d.c + c;
+    for (int64_t j = 0; j < k.kw; ++j) {
+      const float* tap = taps + (i * k.kw + j) * d.c + c;
+      const int64_t* col = cols + j * d.w + x0;
+      const Float8 w0 = load8(tap), w1 = load8(tap + 8);
+      for (int t = 0; t < P; ++t) {
+        if (col[t] < 0) continue;
+        const float* src = row + col[t] * d.c;
+        acc[t][0] += load8(src) * w0;
+        acc[t][1] += load8(src + 8) * w1;
+      }
+    }
+  }
+  for (int t = 0; t < P; ++t) {
+    store8(grow + (x0 + t) * d.c + c, acc[t][0]);
+    store8(grow + (x0 + t) * d.c + c + 8, acc[t][1]);
+  }
+}
+
+// Input-gradient rows [r0, r1) (r = n * h + y), in the forward's order.
+CUSTOMCONV_CPU_CLONES void grad_input_rows(const float* go, const float* taps, const int64_t* cols,
+                                           float* gi, Dims d, Window2d k, int64_t r0, int64_t r1) {
+  const int64_t c16 = d.c / 16 * 16;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t y = r % d.h;
+    const float* gimg = go + (r / d.h) * d.oh * d.ow * d.c;
+    float* grow = gi + r * d.w * d.c;
+    int64_t x = 0;
+    for (; x + kBlock <= d.w; x += kBlock) {
+      for (int64_t c = 0; c < c16; c += 16) grad_input_block<kBlock>(gimg, taps, cols, grow, d, k, y, x, c);
+    }
+    for (; x < d.w; ++x) {
+      for (int64_t c = 0; c < c16; c += 16) grad_input_block<1>(gimg, taps, cols, grow, d, k, y, x, c);
+    }
+    for (x = 0; x < d.w && c16 < d.c; ++x) {
+      for (int64_t c = c16; c < d.c; ++c) {
+        float acc = 0.f;
+        for (int64_t i = 0; i < k.kh; ++i) {
+          const int64_t oy = source(y + k.ph - i * k.dh, k.sh, d.oh);
+          if (oy < 0) continue;
+          for (int64_t j = 0; j < k.kw; ++j) {
+            const int64_t ox = cols[j * d.w + x];
+            if (ox >= 0) acc += gimg[(oy * d.ow + ox) * d.c + c] * taps[(i * k.kw + j) * d.c + c];
+          }
+        }
+        grow[x * d.c + c] = acc;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- weight gradient
+
+// part (kh*kw, C) += the products of grad_output rows [r0, r1) (r = n * oh + y)
+// with the input at each tap: per row and tap, the valid output columns run
+// through two vector accumulators per 16 channels.
+CUSTOMCONV_CPU_CLONES void grad_weight_rows(const float* go, const float* in, float* part, Dims d,
+                                            Window2d k, int64_t r0, int64_t r1) {
+  const int64_t c16 = d.c / 16 * 16;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t y = r % d.oh;
+    const float* img = in + (r / d.oh) * d.h * d.w * d.c;
+    const float* grow = go + r * d.ow * d.c;
+    for (int64_t i = 0; i < k.kh; ++i) {
+      const int64_t iy = y * k.sh - k.ph + i * k.dh;
+      if (iy < 0 || iy >= d.h) continue;
+      const float* row = img + iy * d.w * d.c;
+      for (int64_t j = 0; j < k.kw; ++j) {
+        // The output columns x whose input column x * sw - pw + j * dw is in [0, w).
+        const int64_t off = j * k.dw - k.pw;
+        const int64_t lo = off >= 0 ? 0 : (-off + k.sw - 1) / k.sw;
+        const int64_t hi = std::min(d.ow, d.w - 1 - off >= 0 ? (d.w - 1 - off) / k.sw + 1 : 0);
+        float* p = part + (i * k.kw + j) * d.c;
+        for (int64_t c = 0; c < c16; c += 16) {
+          Float8 a0 = load8(p + c), a1 = load8(p + c + 8);
+          for (int64_t x = lo; x < hi; ++x) {
+            const float* g = grow + x * d.c + c;
+            const float* s = row + (x * k.sw + off) * d.c + c;
+            a0 += load8(g) * load8(s);
+            a1 += load8(g + 8) * load8(s + 8);
+          }
+          store8(p + c, a0);
+          store8(p + c + 8, a1);
+        }
+        for (int64_t c = c16; c < d.c; ++c) {
+          float a = p[c];
+          for (int64_t x = lo; x < hi; ++x) a += grow[x * d.c + c] * row[(x * k.sw + off) * d.c + c];
+          p[c] = a;
+        }
+      }
+    }
+  }
+}
+
+Dims dims(const at::Tensor& input, int64_t oh, int64_t ow) {
+  return {input.size(0), input.size(1), input.size(2), input.size(3), oh, ow};
+}
+
+bool takes(const at::Tensor& t) {
+  return t.scalar_type() == at::kFloat && t.dim() == 4 &&
+         t.is_contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+bool forward_cl_cpu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                    const at::Tensor& output, const Window2d& win) {
+  if (!takes(input) || !takes(output)) return false;
+  const Dims d = dims(input, output.size(2), output.size(3));
+  const at::Tensor taps = taps_by_channel(weight);
+  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
+  const float* in = input.const_data_ptr<float>();
+  const float* tp = taps.const_data_ptr<float>();
+  const float* bp = b.defined() ? b.const_data_ptr<float>() : nullptr;
+  float* out = output.mutable_data_ptr<float>();
+  parallel_range(d.n * d.oh, grain_for(win.kh * win.kw * d.ow * d.c), [&](int64_t r0, int64_t r1) {
+    forward_rows(in, tp, bp, out, d, win, r0, r1);
+  });
+  return true;
+}
+
+bool grad_input_cl_cpu(const at::Tensor& grad_output, const at::Tensor& weight,
+                       const at::Tensor& grad_input, const Window2d& win) {
+  if (!takes(grad_output) || !takes(grad_input)) return false;
+  const Dims d = dims(grad_input, grad_output.size(2), grad_output.size(3));
+  const at::Tensor taps = taps_by_channel(weight);
+  const float* go = grad_output.const_data_ptr<float>();
+  const float* tp = taps.const_data_ptr<float>();
+  float* gi = grad_input.mutable_data_ptr<float>();
+  // The grad_output column of each tap at each input column (the same for every row).
+  std::vector<int64_t> cols(win.kw * d.w);
+  for (int64_t j = 0; j < win.kw; ++j) {
+    for (int64_t x = 0; x < d.w; ++x) cols[j * d.w + x] = source(x + win.pw - j * win.dw, win.sw, d.ow);
+  }
+  parallel_range(d.n * d.h, grain_for(win.kh * win.kw * d.w * d.c), [&](int64_t r0, int64_t r1) {
+    grad_input_rows(go, tp, cols.data(), gi, d, win, r0, r1);
+  });
+  return true;
+}
+
+bool grad_weight_cl_cpu(const at::Tensor& grad_output, const at::Tensor& input,
+                        const at::Tensor& grad_weight, const Window2d& win) {
+  if (!takes(grad_output) || !takes(input)) return false;
+  const Dims d = dims(input, grad_output.size(2), grad_output.size(3));
+  const int64_t taps = win.kh * win.kw, rows = d.n * d.oh;
+  // A fixed number of chunks of rows, whatever the thread count; each sums
+  // its rows into its own (kh*kw, C) plane, and the planes are added in order.
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(64, rows / 4));
+  const int64_t per_chunk = (rows + chunks - 1) / chunks;
+  const at::Tensor part = at::zeros({chunks, taps, d.c}, input.options().memory_format(at::MemoryFormat::Contiguous));
+  const float* go = grad_output.const_data_ptr<float>();
+  const float* in = input.const_data_ptr<float>();
+  float* pp = part.mutable_data_ptr<float>();
+  parallel_range(chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t ch = b; ch < e; ++ch) {
+      const int64_t r0 = ch * per_chunk, r1 = std::min(rows, r0 + per_chunk);
+      if (r0 < r1) grad_weight_rows(go, in, pp + ch * taps * d.c, d, win, r0, r1);
+    }
+  });
+  // (kh*kw, C) summed over the chunks in order, into grad_weight (C, 1, kh, kw).
+  at::Tensor sum = part.select(0, 0).clone();
+  for (int64_t ch = 1; ch < chunks; ++ch) sum.add_(part.select(0, ch));
+  grad_weight.copy_(sum.t().reshape(grad_weight.sizes()));
+  return true;
+}
+
+}  // namespace
+
+DepthwiseChannelsLastKernels cpu_depthwise_channels_last_kernels() {
+  return {&forward_cl_cpu, &grad_input_cl_cpu, &grad_weight_cl_cpu};
+}
+
+}  // namespace customconv
