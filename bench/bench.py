@@ -168,7 +168,12 @@ def depthwise_cases(quick: bool) -> List[Tuple[str, Tuple[int, int, int, int], i
 
 
 def bench_depthwise(device, dtype, timer, copy_bw, quick) -> List[Record]:
+    """Each layer in NCHW and in channels_last, ours and F.conv2d in the same
+    run: a record per layout (same-layout ratio) and one of our best layout
+    against PyTorch's best ("PyTorch best layout"), forward and
+    forward+backward."""
     records = []
+    layouts = (("NCHW", torch.contiguous_format), ("channels_last", torch.channels_last))
     for model, (n, c, h, w), k, s in depthwise_cases(quick):
         if device == "cpu":
             n = max(1, n // 16)
@@ -179,34 +184,32 @@ def bench_depthwise(device, dtype, timer, copy_bw, quick) -> List[Record]:
         shape = f"{model} N{n} C{c} {h}x{w} k{k} s{s}"
         ours = lambda x, wt, b: customconv.depthwise_conv2d(x, wt, b, s, pad)
         torch_conv = lambda x, wt, b: F.conv2d(x, wt, b, s, pad, 1, c)
-        xcl = x.contiguous(memory_format=torch.channels_last)
-        wcl = wt.contiguous(memory_format=torch.channels_last)
+        inputs = {lay: (x.contiguous(memory_format=fmt), wt.contiguous(memory_format=fmt), b)
+                  for lay, fmt in layouts}
         out_bytes = nbytes(ours(x, wt, b))
+        pct_of = lambda t: 100 * (nbytes(x, wt) + out_bytes) / (t * 1e-3) / 1e9 / copy_bw
         cls = "k<=5" if k <= 5 else "k>=7"
         dt = str(dtype)[6:]
-        t_ours = timer(lambda: ours(x, wt, b))
-        pct = 100 * (nbytes(x, wt) + out_bytes) / (t_ours * 1e-3) / 1e9 / copy_bw
-        base = {}
-        for name, fn, args in (("F.conv2d NCHW", torch_conv, (x, wt, b)),
-                               ("F.conv2d channels_last", torch_conv, (xcl, wcl, b))):
-            base[name] = timer(lambda: fn(*args))
-            records.append(Record("depthwise_conv2d", shape, dt, "fwd", t_ours, name,
-                                  base[name], base[name] / t_ours, pct, cls))
-        best = min(base.values())
-        records.append(Record("depthwise_conv2d", shape, dt, "fwd", t_ours, "PyTorch best layout",
-                              best, best / t_ours, pct, cls))
-        args = [t.clone().requires_grad_() for t in (x, wt, b)]
-        t_ours_b = timer(fwd_bwd(ours, args))
-        base = {}
-        for name, a in (("F.conv2d NCHW", args),
-                        ("F.conv2d channels_last",
-                         [t.detach().clone().requires_grad_() for t in (xcl, wcl, b)])):
-            base[name] = timer(fwd_bwd(torch_conv, a))
-            records.append(Record("depthwise_conv2d", shape, dt, "fwd+bwd", t_ours_b,
-                                  name, base[name], base[name] / t_ours_b, None, cls))
-        best = min(base.values())
-        records.append(Record("depthwise_conv2d", shape, dt, "fwd+bwd", t_ours_b,
-                              "PyTorch best layout", best, best / t_ours_b, None, cls))
+        for pass_ in ("fwd", "fwd+bwd"):
+            t_ours, t_base = {}, {}
+            for lay, args in inputs.items():
+                if pass_ == "fwd":
+                    t_ours[lay] = timer(lambda: ours(*args))
+                    t_base[lay] = timer(lambda: torch_conv(*args))
+                else:
+                    grads = [t.clone().requires_grad_() for t in args]
+                    t_ours[lay] = timer(fwd_bwd(ours, grads))
+                    t_base[lay] = timer(fwd_bwd(torch_conv, grads))
+                pct = pct_of(t_ours[lay]) if pass_ == "fwd" else None
+                records.append(Record("depthwise_conv2d", f"{shape} {lay}", dt, pass_, t_ours[lay],
+                                      f"F.conv2d {lay}", t_base[lay], t_base[lay] / t_ours[lay],
+                                      pct, cls))
+            mine = min(t_ours, key=t_ours.get)
+            best = min(t_base.values())
+            pct = pct_of(t_ours[mine]) if pass_ == "fwd" else None
+            records.append(Record("depthwise_conv2d", f"{shape} ours {mine}", dt, pass_,
+                                  t_ours[mine], "PyTorch best layout", best, best / t_ours[mine],
+                                  pct, cls))
     return records
 
 

@@ -1,5 +1,6 @@
 """Whole-model latency of customconv.convert(model) against the same model in
-PyTorch eager: torchvision's ResNet-50 and ResNeXt-50 32x4d, inference at N=32,
+PyTorch eager: torchvision's ResNet-50, ResNeXt-50 32x4d and MobileNetV2
+(`--models`; the first two by default), inference at N=32,
 224x224, in float32 (TF32 as PyTorch's default for convolutions) and float16,
 NCHW and channels_last. Each side is timed with CUDA events around `--iters`
 forward calls after a warm-up (median of 5 rounds); both run the same weights,
@@ -29,7 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python_stub"))
 import customconv  # noqa: E402
 
 MODELS = {"resnet50": torchvision.models.resnet50,
-          "resnext50_32x4d": torchvision.models.resnext50_32x4d}
+          "resnext50_32x4d": torchvision.models.resnext50_32x4d,
+          "mobilenet_v2": torchvision.models.mobilenet_v2}
+DEFAULT_MODELS = "resnet50,resnext50_32x4d"
 
 
 def ms_per_call(fn: Callable[[], object], device: str, iters: int, rounds: int = 5) -> float:
@@ -60,7 +63,7 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=DEFAULT_MODELS)
     parser.add_argument("--dtypes", default="float32,float16")
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).resolve().parent / "results" / "e2e")
