@@ -84,8 +84,7 @@ std::tuple<at::Tensor, at::Tensor> grad_params(const char* op, const DepthwiseKe
   const at::MemoryFormat format = conv2d_output_format(input, weight);
   if (channels_last_route(kernels.channels_last.grad_weight, input, s, format) &&
       grad_output.is_contiguous(at::MemoryFormat::ChannelsLast) &&
-      kernels.channels_last.grad_weight(grad_output, input, gw, s.win)) {
-    if (with_bias) at::sum_out(gb, grad_output, {0, 2, 3});
+      kernels.channels_last.grad_weight(grad_output, input, gw, gb, s.win)) {
     return {gw.contiguous(format), gb};
   }
   const at::Tensor go = as_batch(grad_output, s.in.batched);

@@ -22,9 +22,11 @@ struct DepthwiseChannelsLastKernels {
                   const at::Tensor& output, const Window2d& win) = nullptr;
   bool (*grad_input)(const at::Tensor& grad_output, const at::Tensor& weight,
                      const at::Tensor& grad_input, const Window2d& win) = nullptr;
-  // A reduction in a fixed order, whatever the thread count.
+  // A reduction in a fixed order, whatever the thread count; with grad_bias
+  // defined ((C,), contiguous), the bias gradient in the same pass.
   bool (*grad_weight)(const at::Tensor& grad_output, const at::Tensor& input,
-                      const at::Tensor& grad_weight, const Window2d& win) = nullptr;
+                      const at::Tensor& grad_weight, const at::Tensor& grad_bias,
+                      const Window2d& win) = nullptr;
 };
 
 // Kernels on contiguous 4-D tensors: input (N, C, H, W), weight (C*m, 1, kh, kw),

@@ -230,14 +230,32 @@ CUSTOMCONV_CPU_CLONES void grad_input_rows(const float* go, const float* taps, c
 
 // part (kh*kw, C) += the products of grad_output rows [r0, r1) (r = n * oh + y)
 // with the input at each tap: per row and tap, the valid output columns run
-// through two vector accumulators per 16 channels.
-CUSTOMCONV_CPU_CLONES void grad_weight_rows(const float* go, const float* in, float* part, Dims d,
-                                            Window2d k, int64_t r0, int64_t r1) {
+// through two vector accumulators per 16 channels. With bias_part, also
+// bias_part (C) += the rows' grad_output.
+CUSTOMCONV_CPU_CLONES void grad_weight_rows(const float* go, const float* in, float* part,
+                                            float* bias_part, Dims d, Window2d k, int64_t r0,
+                                            int64_t r1) {
   const int64_t c16 = d.c / 16 * 16;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t y = r % d.oh;
     const float* img = in + (r / d.oh) * d.h * d.w * d.c;
     const float* grow = go + r * d.ow * d.c;
+    if (bias_part != nullptr) {  // the bias gradient: grad_output summed over the row
+      for (int64_t c = 0; c < c16; c += 16) {
+        Float8 a0 = load8(bias_part + c), a1 = load8(bias_part + c + 8);
+        for (int64_t x = 0; x < d.ow; ++x) {
+          a0 += load8(grow + x * d.c + c);
+          a1 += load8(grow + x * d.c + c + 8);
+        }
+        store8(bias_part + c, a0);
+        store8(bias_part + c + 8, a1);
+      }
+      for (int64_t c = c16; c < d.c; ++c) {
+        float a = bias_part[c];
+        for (int64_t x = 0; x < d.ow; ++x) a += grow[x * d.c + c];
+        bias_part[c] = a;
+      }
+    }
     for (int64_t i = 0; i < k.kh; ++i) {
       const int64_t iy = y * k.sh - k.ph + i * k.dh;
       if (iy < 0 || iy >= d.h) continue;
@@ -314,28 +332,38 @@ bool grad_input_cl_cpu(const at::Tensor& grad_output, const at::Tensor& weight,
 }
 
 bool grad_weight_cl_cpu(const at::Tensor& grad_output, const at::Tensor& input,
-                        const at::Tensor& grad_weight, const Window2d& win) {
+                        const at::Tensor& grad_weight, const at::Tensor& grad_bias,
+                        const Window2d& win) {
   if (!takes(grad_output) || !takes(input)) return false;
   const Dims d = dims(input, grad_output.size(2), grad_output.size(3));
   const int64_t taps = win.kh * win.kw, rows = d.n * d.oh;
+  const bool with_bias = grad_bias.defined();
   // A fixed number of chunks of rows, whatever the thread count; each sums
-  // its rows into its own (kh*kw, C) plane, and the planes are added in order.
+  // its rows into its own plane: (kh*kw, C), then the bias's C. The planes
+  // are added in order.
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(64, rows / 4));
   const int64_t per_chunk = (rows + chunks - 1) / chunks;
-  const at::Tensor part = at::zeros({chunks, taps, d.c}, input.options().memory_format(at::MemoryFormat::Contiguous));
+  const int64_t plane = (taps + (with_bias ? 1 : 0)) * d.c;
+  std::vector<float> part(chunks * plane, 0.f);
   const float* go = grad_output.const_data_ptr<float>();
   const float* in = input.const_data_ptr<float>();
-  float* pp = part.mutable_data_ptr<float>();
   parallel_range(chunks, 1, [&](int64_t b, int64_t e) {
     for (int64_t ch = b; ch < e; ++ch) {
       const int64_t r0 = ch * per_chunk, r1 = std::min(rows, r0 + per_chunk);
-      if (r0 < r1) grad_weight_rows(go, in, pp + ch * taps * d.c, d, win, r0, r1);
+      float* p = part.data() + ch * plane;
+      if (r0 < r1) grad_weight_rows(go, in, p, with_bias ? p + taps * d.c : nullptr, d, win, r0, r1);
     }
   });
-  // (kh*kw, C) summed over the chunks in order, into grad_weight (C, 1, kh, kw).
-  at::Tensor sum = part.select(0, 0).clone();
-  for (int64_t ch = 1; ch < chunks; ++ch) sum.add_(part.select(0, ch));
-  grad_weight.copy_(sum.t().reshape(grad_weight.sizes()));
+  for (int64_t ch = 1; ch < chunks; ++ch) {
+    const float* p = part.data() + ch * plane;
+    for (int64_t i = 0; i < plane; ++i) part[i] += p[i];
+  }
+  // (kh*kw, C) into grad_weight (C, 1, kh, kw); the bias's C into grad_bias.
+  float* gw = grad_weight.mutable_data_ptr<float>();
+  for (int64_t c = 0; c < d.c; ++c) {
+    for (int64_t t = 0; t < taps; ++t) gw[c * taps + t] = part[t * d.c + c];
+  }
+  if (with_bias) std::copy(part.begin() + taps * d.c, part.begin() + plane, grad_bias.mutable_data_ptr<float>());
   return true;
 }
 
