@@ -428,7 +428,8 @@ bool grad_weight_bias_cuda(const at::Tensor& grad_output, const at::Tensor& inpu
 }  // namespace
 
 DepthwiseKernels cuda_depthwise_kernels() {
-  return {&forward_cuda, &grad_input_cuda, &grad_weight_cuda, &grad_weight_bias_cuda, {}};
+  return {&forward_cuda, &grad_input_cuda, &grad_weight_cuda, &grad_weight_bias_cuda,
+          cuda_depthwise_channels_last_kernels()};
 }
 
 }  // namespace customconv
