@@ -56,8 +56,6 @@ DepthwiseKernels cpu_depthwise_kernels();
 DepthwiseChannelsLastKernels cpu_depthwise_channels_last_kernels();
 #ifdef CUSTOMCONV_WITH_CUDA
 DepthwiseKernels cuda_depthwise_kernels();
-// CUDA's channels_last kernels (depthwise_channels_last_cuda.cu).
-DepthwiseChannelsLastKernels cuda_depthwise_channels_last_kernels();
 #endif
 
 at::Tensor depthwise_conv2d_impl(const DepthwiseKernels& kernels, const at::Tensor& input,

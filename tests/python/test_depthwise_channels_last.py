@@ -1,7 +1,7 @@
-"""depthwise_conv2d's channels_last kernels (channel multiplier 1, batched
-channels_last input): on the CPU in float32
-(ops/depthwise/depthwise_channels_last_cpu.cpp), on CUDA in every dtype
-(ops/depthwise/depthwise_channels_last_cuda.cu). Forward and the three
+"""depthwise_conv2d on batched channels_last inputs with channel multiplier
+1: on the CPU in float32 its channels_last kernels
+(ops/depthwise/depthwise_channels_last_cpu.cpp), on CUDA in every dtype the
+NCHW kernels with the layout changed in and out. Forward and the three
 gradients against F.conv2d in float64 on random geometries (kernels up to
 7x7, stride, dilation, padding, channel counts on and off the vectors) and
 on model layers; the results stay channels_last; the weight gradient is the
