@@ -15,10 +15,8 @@ namespace customconv {
 #endif
 
 // The helpers below are always inlined into their callers, so the vector
-// calling convention GCC warns about (-Wpsabi) never crosses a call.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
+// calling convention GCC notes a change of (-Wpsabi, which CMakeLists.txt
+// turns off: a pragma does not silence that note) never crosses a call.
 
 // 8 floats as one value (GCC/Clang vector extension: one AVX register, or
 // two SSE registers in the baseline build), loaded and stored unaligned.

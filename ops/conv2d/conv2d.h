@@ -8,7 +8,8 @@
 //     GEMMs of implicit_gemm.h for channels_last 16-bit data, forward and both
 //     gradients, and the direct kernels of grouped_direct.h for grouped layers;
 //     on the CPU: channels_last_gemm.h, the forward as GEMMs over
-//     the positions of channels_last data);
+//     the positions of channels_last data, and grouped_direct_cpu.h for
+//     grouped layers' forward);
 //   * depthwise (groups == C_in > 1, weight (C*m, 1, kh, kw)): the depthwise kernels;
 //   * pointwise (1x1, stride 1, no padding) with planes of at least 128
 //     positions: the input is its own column buffer, so forward and grad input
@@ -64,9 +65,15 @@ struct Conv2dKernels {
   Conv2dEngines engines;
 };
 
+// The CPU's forward engine (engines_cpu.cpp): the grouped direct kernel
+// (grouped_direct_cpu.h) for grouped layers, else the channels_last GEMMs.
+std::optional<at::Tensor> cpu_conv2d_engine(const at::Tensor& input, const at::Tensor& weight,
+                                            const std::optional<at::Tensor>& bias,
+                                            const Conv2dShape<int64_t>& s);
+
 inline Conv2dKernels cpu_conv2d_kernels() {
   return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels(),
-          {&channels_last_gemm_conv2d, nullptr, &channels_last_gemm_conv2d_grad_weight}};
+          {&cpu_conv2d_engine, nullptr, &channels_last_gemm_conv2d_grad_weight}};
 }
 #ifdef CUSTOMCONV_WITH_CUDA
 // The CUDA engines (engines_cuda.cpp), each trying in turn: the grouped direct

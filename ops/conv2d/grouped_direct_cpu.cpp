@@ -1,0 +1,233 @@
+#include "ops/conv2d/grouped_direct_cpu.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ops/common/cpu_simd.h"
+#include "ops/common/launch.h"
+#include "ops/common/parallel_cpu.h"
+
+namespace customconv {
+namespace {
+
+constexpr int kBlock = 4;  // output positions per block
+// Weights up to this size stay cached while a row of positions runs through
+// every output channel; larger ones (ResNeXt's 14x14 and 7x7 stages: 0.3 and
+// 1.2 MB) run each lane block over a whole image instead.
+constexpr int64_t kCachedWeightBytes = 256 << 10;
+
+struct Geometry {
+  int64_t n, h, w, c, k, p, q;  // input (n, h, w, c), output (n, p, q, k)
+  int64_t cg, kg;               // channels per group: input, output
+  Window2d win;
+};
+
+// The input value of each of the 8 lanes of a lane block (8 output channels
+// from a multiple of 8) at one position and one channel c of its group: src
+// points at that channel of the block's first group. KG: the output channels
+// per group where that is 1, 2 or 4 (8 / KG groups share the block, each value
+// repeated KG times); 8 for any multiple of 8 (one group: one value).
+template <int KG>
+__attribute__((always_inline)) inline Float8 lane_values(const float* src, int64_t cg) {
+  if constexpr (KG >= 8) {
+    return Float8{} + src[0];
+  } else if constexpr (KG == 4) {
+    const float a = src[0], b = src[cg];
+    return Float8{a, a, a, a, b, b, b, b};
+  } else if constexpr (KG == 2) {
+    const float a = src[0], b = src[cg], c = src[2 * cg], d = src[3 * cg];
+    return Float8{a, a, b, b, c, c, d, d};
+  } else {
+    return Float8{src[0],      src[cg],     src[2 * cg], src[3 * cg],
+                  src[4 * cg], src[5 * cg], src[6 * cg], src[7 * cg]};
+  }
+}
+
+// Output positions x0..x0+P-1 of row y of one image, output channels
+// [8 kb, 8 (kb + LB)): P x LB vector accumulators over the taps and the
+// group's input channels, the weight read as wt (K/8, kh, kw, cg, 8). LB = 2
+// (two lane blocks of one group sharing each broadcast input value) needs 16
+// or more output channels per group.
+template <int KG, int P, int LB>
+__attribute__((always_inline)) inline void block(const float* img, const float* wt,
+                                                 const float* bias, float* orow, const Geometry& g,
+                                                 int64_t y, int64_t x0, int64_t kb) {
+  const Window2d& k = g.win;
+  const int64_t k0 = kb * 8;
+  const float* first = img + (k0 / g.kg) * g.cg;  // the block's first group's channels
+  Float8 acc[P][LB];
+  for (int l = 0; l < LB; ++l) {
+    const Float8 b = bias != nullptr ? load8(bias + k0 + 8 * l) : Float8{};
+    for (int t = 0; t < P; ++t) acc[t][l] = b;
+  }
+  const int64_t wstride = k.kh * k.kw * g.cg * 8;  // between lane blocks
+  const float* wblock = wt + kb * wstride;
+  for (int64_t i = 0; i < k.kh; ++i) {
+    const int64_t iy = y * k.sh - k.ph + i * k.dh;
+    if (iy < 0 || iy >= g.h) continue;
+    const float* row = first + iy * g.w * g.c;
+    for (int64_t j = 0; j < k.kw; ++j) {
+      const float* src[P];
+      for (int t = 0; t < P; ++t) {
+        const int64_t ix = (x0 + t) * k.sw - k.pw + j * k.dw;
+        src[t] = ix >= 0 && ix < g.w ? row + ix * g.c : nullptr;
+      }
+      const float* w = wblock + (i * k.kw + j) * g.cg * 8;
+      if constexpr (KG == 4) {
+        if (g.cg == 4) {  // the block's two groups' 8 input channels in one load
+          for (int t = 0; t < P; ++t) {
+            if (src[t] == nullptr) continue;
+            const Float8 v = load8(src[t]);
+            typedef int Int8 __attribute__((vector_size(32)));
+            acc[t][0] += __builtin_shuffle(v, Int8{0, 0, 0, 0, 4, 4, 4, 4}) * load8(w);
+            acc[t][0] += __builtin_shuffle(v, Int8{1, 1, 1, 1, 5, 5, 5, 5}) * load8(w + 8);
+            acc[t][0] += __builtin_shuffle(v, Int8{2, 2, 2, 2, 6, 6, 6, 6}) * load8(w + 16);
+            acc[t][0] += __builtin_shuffle(v, Int8{3, 3, 3, 3, 7, 7, 7, 7}) * load8(w + 24);
+          }
+          continue;
+        }
+      }
+      for (int64_t c = 0; c < g.cg; ++c) {
+        Float8 wv[LB];
+        for (int l = 0; l < LB; ++l) wv[l] = load8(w + l * wstride + c * 8);
+        for (int t = 0; t < P; ++t) {
+          if (src[t] == nullptr) continue;
+          const Float8 x = lane_values<KG>(src[t] + c, g.cg);
+          for (int l = 0; l < LB; ++l) acc[t][l] += x * wv[l];
+        }
+      }
+    }
+  }
+  for (int t = 0; t < P; ++t) {
+    for (int l = 0; l < LB; ++l) store8(orow + (x0 + t) * g.k + k0 + 8 * l, acc[t][l]);
+  }
+}
+
+template <int KG, int P>
+__attribute__((always_inline)) inline void position_blocks(const float* img, const float* wt,
+                                                           const float* bias, float* orow,
+                                                           const Geometry& g, int64_t y,
+                                                           int64_t x) {
+  const int64_t blocks = g.k / 8;
+  if constexpr (KG >= 8) {
+    if (g.kg % 16 == 0) {  // pairs of lane blocks, each pair inside one group
+      for (int64_t kb = 0; kb < blocks; kb += 2) block<KG, P, 2>(img, wt, bias, orow, g, y, x, kb);
+      return;
+    }
+  }
+  for (int64_t kb = 0; kb < blocks; ++kb) block<KG, P, 1>(img, wt, bias, orow, g, y, x, kb);
+}
+
+// A row's positions in blocks of kBlock, then 2, then 1.
+template <int KG>
+__attribute__((always_inline)) inline void row_blocks(const float* img, const float* wt,
+                                                      const float* bias, float* orow,
+                                                      const Geometry& g, int64_t y) {
+  int64_t x = 0;
+  for (; x + kBlock <= g.q; x += kBlock) position_blocks<KG, kBlock>(img, wt, bias, orow, g, y, x);
+  for (; x + 2 <= g.q; x += 2) position_blocks<KG, 2>(img, wt, bias, orow, g, y, x);
+  for (; x < g.q; ++x) position_blocks<KG, 1>(img, wt, bias, orow, g, y, x);
+}
+
+// Output rows [r0, r1) (r = n * p + y).
+CUSTOMCONV_CPU_CLONES void forward_rows(const float* in, const float* wt, const float* bias,
+                                        float* out, Geometry g, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* img = in + (r / g.p) * g.h * g.w * g.c;
+    float* orow = out + r * g.q * g.k;
+    const int64_t y = r % g.p;
+    switch (g.kg) {
+      case 1: row_blocks<1>(img, wt, bias, orow, g, y); break;
+      case 2: row_blocks<2>(img, wt, bias, orow, g, y); break;
+      case 4: row_blocks<4>(img, wt, bias, orow, g, y); break;
+      default: row_blocks<8>(img, wt, bias, orow, g, y); break;
+    }
+  }
+}
+
+// Lane blocks [kb0, kb1) of image n, every output position, a lane block
+// (or a pair) at a time: its weights stay in the L1 cache while it sweeps the
+// image (for weights too large to stay cached across positions).
+template <int KG, int LB>
+__attribute__((always_inline)) inline void image_blocks(const float* img, const float* wt,
+                                                        const float* bias, float* oimg,
+                                                        const Geometry& g, int64_t kb0,
+                                                        int64_t kb1) {
+  for (int64_t kb = kb0; kb < kb1; kb += LB) {
+    for (int64_t y = 0; y < g.p; ++y) {
+      float* orow = oimg + y * g.q * g.k;
+      int64_t x = 0;
+      for (; x + kBlock <= g.q; x += kBlock) block<KG, kBlock, LB>(img, wt, bias, orow, g, y, x, kb);
+      for (; x + 2 <= g.q; x += 2) block<KG, 2, LB>(img, wt, bias, orow, g, y, x, kb);
+      for (; x < g.q; ++x) block<KG, 1, LB>(img, wt, bias, orow, g, y, x, kb);
+    }
+  }
+}
+
+// Work items [i0, i1) of (image, chunk of kChunk lane blocks).
+constexpr int64_t kChunk = 8;
+CUSTOMCONV_CPU_CLONES void forward_images(const float* in, const float* wt, const float* bias,
+                                          float* out, Geometry g, int64_t i0, int64_t i1) {
+  const int64_t chunks = (g.k / 8 + kChunk - 1) / kChunk;
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t n = item / chunks, kb0 = item % chunks * kChunk;
+    const int64_t kb1 = std::min(g.k / 8, kb0 + kChunk);
+    const float* img = in + n * g.h * g.w * g.c;
+    float* oimg = out + n * g.p * g.q * g.k;
+    switch (g.kg) {
+      case 1: image_blocks<1, 1>(img, wt, bias, oimg, g, kb0, kb1); break;
+      case 2: image_blocks<2, 1>(img, wt, bias, oimg, g, kb0, kb1); break;
+      case 4: image_blocks<4, 1>(img, wt, bias, oimg, g, kb0, kb1); break;
+      default:
+        if (g.kg % 16 == 0) {
+          image_blocks<8, 2>(img, wt, bias, oimg, g, kb0, kb1);
+        } else {
+          image_blocks<8, 1>(img, wt, bias, oimg, g, kb0, kb1);
+        }
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<at::Tensor> grouped_direct_conv2d_cpu(const at::Tensor& input,
+                                                    const at::Tensor& weight,
+                                                    const std::optional<at::Tensor>& bias,
+                                                    const Conv2dShape<int64_t>& s) {
+  if (input.device().type() != at::kCPU || input.scalar_type() != at::kFloat || !s.in.batched ||
+      s.groups <= 1 || s.groups >= s.in.c) {
+    return std::nullopt;
+  }
+  const int64_t kg = s.k / s.groups, cg = s.in.c / s.groups;
+  const bool lanes_fit = kg == 1 || kg == 2 || kg == 4 || kg % 8 == 0;
+  if (!lanes_fit || s.k % 8 != 0 || kg == 0 || cg > 64) return std::nullopt;
+  if (s.in.n * s.oh * s.ow == 0 || s.in.h * s.in.w == 0) return std::nullopt;
+  const at::MemoryFormat format = conv2d_output_format(input, weight);
+  const at::Tensor x = input.contiguous(at::MemoryFormat::ChannelsLast);
+  const Window2d& win = s.win;
+  // (K, cg, kh, kw) as (K/8, kh, kw, cg, 8): a lane block's weights per tap and channel.
+  const at::Tensor wt =
+      weight.reshape({s.k / 8, 8, cg, win.kh, win.kw}).permute({0, 3, 4, 2, 1}).contiguous();
+  const bool has_bias = bias.has_value() && bias->defined();
+  const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
+  at::Tensor out = empty_channels_last(input, s.in.n, s.k, s.oh, s.ow);
+  const Geometry g{s.in.n, s.in.h, s.in.w, s.in.c, s.k, s.oh, s.ow, cg, kg, win};
+  const float* ip = x.const_data_ptr<float>();
+  const float* wp = wt.const_data_ptr<float>();
+  const float* bp = has_bias ? b.const_data_ptr<float>() : nullptr;
+  float* op = out.mutable_data_ptr<float>();
+  if (wt.numel() * 4 <= kCachedWeightBytes) {  // rows of positions, all channels each
+    parallel_range(g.n * g.p, grain_for(win.kh * win.kw * cg * g.q * g.k),
+                   [&](int64_t r0, int64_t r1) { forward_rows(ip, wp, bp, op, g, r0, r1); });
+  } else {  // (image, chunk of channels): a lane block's weights over a whole image
+    const int64_t chunks = (g.k / 8 + kChunk - 1) / kChunk;
+    parallel_range(g.n * chunks, 1,
+                   [&](int64_t i0, int64_t i1) { forward_images(ip, wp, bp, op, g, i0, i1); });
+  }
+  return out.contiguous(format);
+}
+
+}  // namespace customconv

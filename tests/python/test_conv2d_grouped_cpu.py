@@ -1,0 +1,87 @@
+"""conv2d's grouped direct kernel on the CPU (ops/conv2d/grouped_direct_cpu.h):
+float32 grouped layers whose output channels per group are 1, 2, 4 or a
+multiple of 8, in both layouts, forward (and the gradients of the other
+routes) against F.conv2d in float64 on random geometries and on ResNeXt's and
+RegNet's layer shapes; F.conv2d's memory format; the same result with one
+thread and with two; layers it declines keep the other routes."""
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from testlib import ConvConfig, check_conv_case, make_tensor, ops
+
+
+def grouped_config(rng: random.Random, **fixed) -> ConvConfig:
+    groups = rng.choice([2, 4, 8, 16])
+    kg = rng.choice([1, 2, 4, 8, 16, 24])
+    groups = groups if (groups * kg) % 8 == 0 else 8
+    cg = rng.choice([2, 3, 4, 8, 16, 20])
+    kernel = tuple(rng.choice([1, 3, 3, 5]) for _ in range(2))
+    stride = tuple(rng.choice([1, 1, 2]) for _ in range(2))
+    dilation = tuple(rng.choice([1, 1, 2]) for _ in range(2))
+    padding = tuple(rng.randint(0, (k - 1) * d // 2 + 1) for k, d in zip(kernel, dilation))
+    size = tuple((k - 1) * d + 1 + rng.randint(0, 11) for k, d in zip(kernel, dilation))
+    values = dict(batch=rng.choice([1, 2, 3]), in_channels=cg * groups, out_channels=kg * groups,
+                  groups=groups, kernel=kernel, stride=stride, padding=padding, dilation=dilation,
+                  size=size, bias=rng.random() < 0.7,
+                  input_layout=rng.choice(["channels_last", "channels_last", "contiguous"]),
+                  weight_layout=rng.choice(["contiguous", "channels_last"]),
+                  grad_layout="channels_last")
+    values.update(fixed)
+    return ConvConfig(**values)
+
+
+def conv2d_of(cfg):
+    stride, padding, dilation, groups = cfg.args()
+    return lambda input, weight, bias: ops.conv2d(input, weight, bias, stride, padding, dilation,
+                                                  groups)
+
+
+@pytest.mark.parametrize("idx", range(24))
+def test_grouped_cpu_matches_torch_on_random_configs(idx, rng, gen, seed):
+    cfg = grouped_config(rng)
+    out = check_conv_case(conv2d_of(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
+    cl = "channels_last" in (cfg.input_layout, cfg.weight_layout)
+    assert out.is_contiguous(memory_format=torch.channels_last if cl else torch.contiguous_format)
+
+
+@pytest.mark.parametrize("layer", [(128, 128, 32, 1, 12), (256, 256, 32, 2, 12), (512, 512, 32, 1, 7),
+                                   (48, 48, 6, 2, 14), (104, 104, 13, 1, 9)],
+                         ids=["resnext-4pg", "resnext-8pg-s2", "resnext-16pg", "regnet-6g-s2",
+                              "regnet-13g"])
+def test_grouped_cpu_matches_torch_on_model_layers(layer, gen, seed):
+    c, k, groups, s, h = layer
+    cfg = ConvConfig(batch=2, in_channels=c, out_channels=k, groups=groups, kernel=(3, 3),
+                     stride=(s, s), padding=(1, 1), dilation=(1, 1), size=(h, h), bias=True,
+                     input_layout="channels_last", weight_layout="channels_last",
+                     grad_layout="channels_last")
+    check_conv_case(conv2d_of(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
+
+
+def test_grouped_cpu_forward_does_not_depend_on_the_thread_count(gen):
+    x = make_tensor((3, 128, 20, 20), torch.float32, "cpu", "channels_last", gen)
+    w = make_tensor((128, 4, 3, 3), torch.float32, "cpu", "channels_last", gen)
+    saved = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            outs.append(ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 32))
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(outs[0], outs[1])
+    want = F.conv2d(x.double(), w.double(), None, 1, 1, 1, 32)
+    torch.testing.assert_close(outs[0].double(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["kg-3", "float64", "k-not-multiple-of-8"])
+def test_grouped_cpu_cases_it_declines_keep_the_other_routes(case, rng, gen, seed):
+    fixed = {"kg-3": dict(groups=8, out_channels=24, in_channels=16),
+             "float64": {},
+             "k-not-multiple-of-8": dict(groups=3, out_channels=6, in_channels=9)}[case]
+    cfg = grouped_config(rng, **fixed)
+    dtype = torch.float64 if case == "float64" else torch.float32
+    check_conv_case(conv2d_of(cfg), cfg, "cpu", dtype, gen, f"seed={seed} {case} {cfg}")
