@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import ConvConfig, check_conv_case, cuda, make_tensor, ops
+from testlib import ConvConfig, check_conv_case, conv2d_call, cuda, make_tensor, ops
 
 pytestmark = cuda
 
@@ -45,12 +45,6 @@ def grouped_config(rng: random.Random, **fixed) -> ConvConfig:
     return ConvConfig(**values)
 
 
-def conv2d_of(cfg):
-    stride, padding, dilation, groups = cfg.args()
-    return lambda input, weight, bias: ops.conv2d(input, weight, bias, stride, padding, dilation,
-                                                  groups)
-
-
 def expected_format(cfg):
     """F.conv2d's rule: channels_last when the input or the weight is."""
     cl = "channels_last" in (cfg.input_layout, cfg.weight_layout)
@@ -61,7 +55,7 @@ def expected_format(cfg):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_grouped_matches_torch_on_random_configs(dtype, idx, rng, gen, seed):
     cfg = grouped_config(rng)
-    out = check_conv_case(conv2d_of(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
+    out = check_conv_case(conv2d_call(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
     assert out.is_contiguous(memory_format=expected_format(cfg)), cfg
 
 
@@ -86,7 +80,7 @@ def test_grouped_matches_torch_on_resnext_and_regnet_layers(dtype, layout, layer
     cfg = ConvConfig(batch=2, in_channels=c, out_channels=k, groups=groups, kernel=(ks, ks),
                      stride=(s, s), padding=(ks // 2, ks // 2), dilation=(1, 1), size=(h, h),
                      bias=True, input_layout=layout, weight_layout=layout, grad_layout=layout)
-    out = check_conv_case(conv2d_of(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
+    out = check_conv_case(conv2d_call(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
     assert out.is_contiguous(memory_format=expected_format(cfg)), cfg
 
 
@@ -114,7 +108,7 @@ def test_cases_the_direct_kernels_narrow_or_decline(dtype, case, rng, gen, seed)
         tol = {torch.float16: 2e-2, torch.bfloat16: 6e-2}.get(dtype, 1e-4)
         torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * want.abs().max().item())
         return
-    check_conv_case(conv2d_of(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {case} {cfg}")
+    check_conv_case(conv2d_call(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {case} {cfg}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

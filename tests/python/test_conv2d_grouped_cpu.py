@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import ConvConfig, check_conv_case, make_tensor, ops
+from testlib import ConvConfig, check_conv_case, conv2d_call, make_tensor, ops
 
 
 def grouped_config(rng: random.Random, **fixed) -> ConvConfig:
@@ -34,16 +34,10 @@ def grouped_config(rng: random.Random, **fixed) -> ConvConfig:
     return ConvConfig(**values)
 
 
-def conv2d_of(cfg):
-    stride, padding, dilation, groups = cfg.args()
-    return lambda input, weight, bias: ops.conv2d(input, weight, bias, stride, padding, dilation,
-                                                  groups)
-
-
 @pytest.mark.parametrize("idx", range(24))
 def test_grouped_cpu_matches_torch_on_random_configs(idx, rng, gen, seed):
     cfg = grouped_config(rng)
-    out = check_conv_case(conv2d_of(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
+    out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
     cl = "channels_last" in (cfg.input_layout, cfg.weight_layout)
     assert out.is_contiguous(memory_format=torch.channels_last if cl else torch.contiguous_format)
 
@@ -58,7 +52,7 @@ def test_grouped_cpu_matches_torch_on_model_layers(layer, gen, seed):
                      stride=(s, s), padding=(1, 1), dilation=(1, 1), size=(h, h), bias=True,
                      input_layout="channels_last", weight_layout="channels_last",
                      grad_layout="channels_last")
-    check_conv_case(conv2d_of(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
+    check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
 
 
 def test_grouped_cpu_forward_does_not_depend_on_the_thread_count(gen):
@@ -84,4 +78,4 @@ def test_grouped_cpu_cases_it_declines_keep_the_other_routes(case, rng, gen, see
              "k-not-multiple-of-8": dict(groups=3, out_channels=6, in_channels=9)}[case]
     cfg = grouped_config(rng, **fixed)
     dtype = torch.float64 if case == "float64" else torch.float32
-    check_conv_case(conv2d_of(cfg), cfg, "cpu", dtype, gen, f"seed={seed} {case} {cfg}")
+    check_conv_case(conv2d_call(cfg), cfg, "cpu", dtype, gen, f"seed={seed} {case} {cfg}")

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import ConvConfig, check_conv_case, cuda, make_tensor, ops
+from testlib import ConvConfig, check_conv_case, conv2d_call, cuda, make_tensor, ops
 
 pytestmark = cuda
 
@@ -42,17 +42,11 @@ def engine_config(rng: random.Random, **fixed) -> ConvConfig:
     return ConvConfig(**values)
 
 
-def conv2d_of(cfg):
-    stride, padding, dilation, groups = cfg.args()
-    return lambda input, weight, bias: ops.conv2d(input, weight, bias, stride, padding, dilation,
-                                                  groups)
-
-
 @pytest.mark.parametrize("idx", range(24))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_implicit_gemm_matches_torch_on_random_channels_last_configs(dtype, idx, rng, gen, seed):
     cfg = engine_config(rng)
-    out = check_conv_case(conv2d_of(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
+    out = check_conv_case(conv2d_call(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
     assert out.is_contiguous(memory_format=torch.channels_last), cfg
 
 
@@ -75,7 +69,7 @@ def test_implicit_gemm_matches_torch_on_resnet_layers(dtype, layer, gen, seed):
     # and the RGB stem (its 3 channels padded to a whole vector).
     cfg = ConvConfig(batch=2, groups=1, dilation=(1, 1), bias=True, input_layout="channels_last",
                      weight_layout="channels_last", grad_layout="channels_last", **layer)
-    out = check_conv_case(conv2d_of(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
+    out = check_conv_case(conv2d_call(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
     assert out.is_contiguous(memory_format=torch.channels_last), cfg
 
 
@@ -114,7 +108,7 @@ def test_cases_the_engine_declines_keep_the_other_route(dtype, case, rng, gen, s
              "groups-2": dict(groups=2, in_channels=16, out_channels=16),
              "empty-batch": dict(batch=0)}[case]
     cfg = engine_config(rng, **fixed)
-    out = check_conv_case(conv2d_of(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {case} {cfg}")
+    out = check_conv_case(conv2d_call(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {case} {cfg}")
     if case == "nchw":  # F.conv2d's rule: channels_last when the weight is
         want = torch.channels_last if cfg.weight_layout == "channels_last" else torch.contiguous_format
         assert out.is_contiguous(memory_format=want), cfg

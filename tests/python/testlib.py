@@ -761,6 +761,14 @@ def assert_deterministic(fn, what: str) -> None:
         )
 
 
+def conv2d_call(cfg: ConvConfig):
+    """ops.conv2d with cfg's stride, padding, dilation and groups, as the
+    call(input, weight, bias) that check_conv_case takes."""
+    stride, padding, dilation, groups = cfg.args()
+    return lambda input, weight, bias: ops.conv2d(input, weight, bias, stride, padding, dilation,
+                                                  groups)
+
+
 def check_conv_case(call, cfg: ConvConfig, device: str, dtype: torch.dtype, gen: torch.Generator,
                     ctx: str, need: Sequence[str] = ("x", "w", "b")) -> torch.Tensor:
     """Makes cfg's input, weight and (with cfg.bias) bias in cfg's layouts (the
