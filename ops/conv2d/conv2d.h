@@ -65,15 +65,19 @@ struct Conv2dKernels {
   Conv2dEngines engines;
 };
 
-// The CPU's forward engine (engines_cpu.cpp): the grouped direct kernel
+// The CPU's engines (engines_cpu.cpp): the grouped direct kernels
 // (grouped_direct_cpu.h) for grouped layers, else the channels_last GEMMs.
 std::optional<at::Tensor> cpu_conv2d_engine(const at::Tensor& input, const at::Tensor& weight,
                                             const std::optional<at::Tensor>& bias,
                                             const Conv2dShape<int64_t>& s);
+std::optional<at::Tensor> cpu_conv2d_grad_weight_engine(const at::Tensor& grad_output,
+                                                        const at::Tensor& input,
+                                                        const at::Tensor& weight,
+                                                        const Conv2dShape<int64_t>& s);
 
 inline Conv2dKernels cpu_conv2d_kernels() {
   return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels(),
-          {&cpu_conv2d_engine, nullptr, &channels_last_gemm_conv2d_grad_weight}};
+          {&cpu_conv2d_engine, nullptr, &cpu_conv2d_grad_weight_engine}};
 }
 #ifdef CUSTOMCONV_WITH_CUDA
 // The CUDA engines (engines_cuda.cpp), each trying in turn: the grouped direct

@@ -11,4 +11,12 @@ std::optional<at::Tensor> cpu_conv2d_engine(const at::Tensor& input, const at::T
   return channels_last_gemm_conv2d(input, weight, bias, s);
 }
 
+std::optional<at::Tensor> cpu_conv2d_grad_weight_engine(const at::Tensor& grad_output,
+                                                        const at::Tensor& input,
+                                                        const at::Tensor& weight,
+                                                        const Conv2dShape<int64_t>& s) {
+  if (s.groups > 1) return grouped_direct_conv2d_grad_weight_cpu(grad_output, input, weight, s);
+  return channels_last_gemm_conv2d_grad_weight(grad_output, input, weight, s);
+}
+
 }  // namespace customconv

@@ -191,12 +191,84 @@ CUSTOMCONV_CPU_CLONES void forward_images(const float* in, const float* wt, cons
   }
 }
 
-}  // namespace
+// ---------------------------------------------------------------- weight gradient
 
-std::optional<at::Tensor> grouped_direct_conv2d_cpu(const at::Tensor& input,
-                                                    const at::Tensor& weight,
-                                                    const std::optional<at::Tensor>& bias,
-                                                    const Conv2dShape<int64_t>& s) {
+constexpr int kChannelBlock = 8;  // input channels per item of the weight gradient
+
+// The weight gradient of lane block kb (output channels [8 kb, 8 kb + 8)) at
+// tap (i, j) for input channels [c0, c0 + CB) of each lane's group, summed
+// over every output position in order: CB vector accumulators, grad_output's
+// 8 channels loaded once per position. Written to gw (K, kh, kw, cg).
+template <int KG, int CB>
+__attribute__((always_inline)) inline void weight_item(const float* go, const float* in, float* gw,
+                                                       const Geometry& g, int64_t kb, int64_t i,
+                                                       int64_t j, int64_t c0) {
+  const Window2d& k = g.win;
+  const int64_t k0 = kb * 8;
+  const float* first = in + (k0 / g.kg) * g.cg + c0;
+  Float8 acc[CB];
+  for (int cc = 0; cc < CB; ++cc) acc[cc] = Float8{};
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t y = 0; y < g.p; ++y) {
+      const int64_t iy = y * k.sh - k.ph + i * k.dh;
+      if (iy < 0 || iy >= g.h) continue;
+      const float* grow = go + ((n * g.p + y) * g.q) * g.k + k0;
+      const float* xrow = first + ((n * g.h + iy) * g.w) * g.c;
+      // The output columns x whose input column x * sw - pw + j * dw is in [0, w).
+      const int64_t off = j * k.dw - k.pw;
+      const int64_t lo = off >= 0 ? 0 : (-off + k.sw - 1) / k.sw;
+      const int64_t hi = std::min(g.q, g.w - 1 - off >= 0 ? (g.w - 1 - off) / k.sw + 1 : 0);
+      for (int64_t x = lo; x < hi; ++x) {
+        const Float8 gv = load8(grow + x * g.k);
+        const float* src = xrow + (x * k.sw + off) * g.c;
+        for (int cc = 0; cc < CB; ++cc) acc[cc] += gv * lane_values<KG>(src + cc, g.cg);
+      }
+    }
+  }
+  // gw (K, kh, kw, cg): lane l's channel k0 + l.
+  float* dst = gw + ((k0 * k.kh + i) * k.kw + j) * g.cg + c0;
+  const int64_t lane_stride = k.kh * k.kw * g.cg;
+  for (int cc = 0; cc < CB; ++cc) {
+    for (int l = 0; l < 8; ++l) dst[l * lane_stride + cc] = acc[cc][l];
+  }
+}
+
+template <int KG>
+__attribute__((always_inline)) inline void weight_item_any(const float* go, const float* in,
+                                                           float* gw, const Geometry& g,
+                                                           int64_t kb, int64_t i, int64_t j,
+                                                           int64_t c0) {
+  const int64_t cb = std::min<int64_t>(kChannelBlock, g.cg - c0);
+  switch (cb) {
+    case 8: weight_item<KG, 8>(go, in, gw, g, kb, i, j, c0); break;
+    case 4: weight_item<KG, 4>(go, in, gw, g, kb, i, j, c0); break;
+    default:
+      for (int64_t c = c0; c < c0 + cb; ++c) weight_item<KG, 1>(go, in, gw, g, kb, i, j, c);
+      break;
+  }
+}
+
+// Items [t0, t1) of (lane block, tap, block of kChannelBlock input channels),
+// lane block outermost; each sums over every position on its own, so the
+// result does not depend on how the items are spread over threads.
+CUSTOMCONV_CPU_CLONES void weight_items(const float* go, const float* in, float* gw, Geometry g,
+                                        int64_t t0, int64_t t1) {
+  const int64_t taps = g.win.kh * g.win.kw;
+  const int64_t cblocks = (g.cg + kChannelBlock - 1) / kChannelBlock;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t kb = t / (taps * cblocks), tap = t / cblocks % taps;
+    const int64_t i = tap / g.win.kw, j = tap % g.win.kw, c0 = t % cblocks * kChannelBlock;
+    switch (g.kg) {
+      case 1: weight_item_any<1>(go, in, gw, g, kb, i, j, c0); break;
+      case 2: weight_item_any<2>(go, in, gw, g, kb, i, j, c0); break;
+      case 4: weight_item_any<4>(go, in, gw, g, kb, i, j, c0); break;
+      default: weight_item_any<8>(go, in, gw, g, kb, i, j, c0); break;
+    }
+  }
+}
+
+// The conditions both passes share; the geometry, or nullopt.
+std::optional<Geometry> takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   if (input.device().type() != at::kCPU || input.scalar_type() != at::kFloat || !s.in.batched ||
       s.groups <= 1 || s.groups >= s.in.c) {
     return std::nullopt;
@@ -205,6 +277,39 @@ std::optional<at::Tensor> grouped_direct_conv2d_cpu(const at::Tensor& input,
   const bool lanes_fit = kg == 1 || kg == 2 || kg == 4 || kg % 8 == 0;
   if (!lanes_fit || s.k % 8 != 0 || kg == 0 || cg > 64) return std::nullopt;
   if (s.in.n * s.oh * s.ow == 0 || s.in.h * s.in.w == 0) return std::nullopt;
+  return Geometry{s.in.n, s.in.h, s.in.w, s.in.c, s.k, s.oh, s.ow, cg, kg, s.win};
+}
+
+}  // namespace
+
+std::optional<at::Tensor> grouped_direct_conv2d_grad_weight_cpu(const at::Tensor& grad_output,
+                                                                const at::Tensor& input,
+                                                                const at::Tensor& weight,
+                                                                const Conv2dShape<int64_t>& s) {
+  const auto geo = takes(input, s);
+  if (!geo || grad_output.dim() != 4) return std::nullopt;
+  const Geometry& g = *geo;
+  const at::Tensor x = input.contiguous(at::MemoryFormat::ChannelsLast);
+  const at::Tensor go = grad_output.contiguous(at::MemoryFormat::ChannelsLast);
+  const Window2d& win = s.win;
+  // (K, kh, kw, cg) in memory: the (K, cg, kh, kw) gradient stored channels_last.
+  at::Tensor gw = at::empty({s.k, win.kh, win.kw, g.cg}, input.options());
+  const int64_t items = (s.k / 8) * win.kh * win.kw * ((g.cg + kChannelBlock - 1) / kChannelBlock);
+  const float* gp = go.const_data_ptr<float>();
+  const float* ip = x.const_data_ptr<float>();
+  float* wp = gw.mutable_data_ptr<float>();
+  parallel_range(items, 1, [&](int64_t t0, int64_t t1) { weight_items(gp, ip, wp, g, t0, t1); });
+  return gw.permute({0, 3, 1, 2}).contiguous(conv2d_output_format(input, weight));
+}
+
+std::optional<at::Tensor> grouped_direct_conv2d_cpu(const at::Tensor& input,
+                                                    const at::Tensor& weight,
+                                                    const std::optional<at::Tensor>& bias,
+                                                    const Conv2dShape<int64_t>& s) {
+  const auto geo = takes(input, s);
+  if (!geo) return std::nullopt;
+  const Geometry& g = *geo;
+  const int64_t cg = g.cg;
   const at::MemoryFormat format = conv2d_output_format(input, weight);
   const at::Tensor x = input.contiguous(at::MemoryFormat::ChannelsLast);
   const Window2d& win = s.win;
@@ -214,7 +319,6 @@ std::optional<at::Tensor> grouped_direct_conv2d_cpu(const at::Tensor& input,
   const bool has_bias = bias.has_value() && bias->defined();
   const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
   at::Tensor out = empty_channels_last(input, s.in.n, s.k, s.oh, s.ow);
-  const Geometry g{s.in.n, s.in.h, s.in.w, s.in.c, s.k, s.oh, s.ow, cg, kg, win};
   const float* ip = x.const_data_ptr<float>();
   const float* wp = wt.const_data_ptr<float>();
   const float* bp = has_bias ? b.const_data_ptr<float>() : nullptr;

@@ -1,5 +1,5 @@
-// Grouped convolutions (1 < groups < C) on the CPU, float32, as a direct
-// forward kernel on channels_last data: ResNeXt's and RegNet's grouped layers,
+// Grouped convolutions (1 < groups < C) on the CPU, float32, as direct
+// kernels for the forward and the weight gradient on channels_last data: ResNeXt's and RegNet's grouped layers,
 // whose GEMMs per group are too small for the CPU's BLAS.
 //
 // Output channels are taken 8 at a time as one vector (a "lane block"): with
@@ -29,5 +29,13 @@ std::optional<at::Tensor> grouped_direct_conv2d_cpu(const at::Tensor& input,
                                                     const at::Tensor& weight,
                                                     const std::optional<at::Tensor>& bias,
                                                     const Conv2dShape<int64_t>& s);
+// The weight gradient: per item (8 output channels, a tap, up to 8 input
+// channels of their groups), a sum over every output position in order, the
+// items spread over threads (the same result with any thread count);
+// channels_last, or F.conv2d's format.
+std::optional<at::Tensor> grouped_direct_conv2d_grad_weight_cpu(const at::Tensor& grad_output,
+                                                                const at::Tensor& input,
+                                                                const at::Tensor& weight,
+                                                                const Conv2dShape<int64_t>& s);
 
 }  // namespace customconv

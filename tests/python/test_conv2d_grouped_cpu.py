@@ -1,9 +1,9 @@
-"""conv2d's grouped direct kernel on the CPU (ops/conv2d/grouped_direct_cpu.h):
+"""conv2d's grouped direct kernels on the CPU (ops/conv2d/grouped_direct_cpu.h):
 float32 grouped layers whose output channels per group are 1, 2, 4 or a
-multiple of 8, in both layouts, forward (and the gradients of the other
-routes) against F.conv2d in float64 on random geometries and on ResNeXt's and
-RegNet's layer shapes; F.conv2d's memory format; the same result with one
-thread and with two; layers it declines keep the other routes."""
+multiple of 8, in both layouts, forward and both gradients against F.conv2d
+in float64 on random geometries and on ResNeXt's and RegNet's layer shapes;
+F.conv2d's memory format; the same forward and weight gradient with one
+thread and with two; layers they decline keep the other routes."""
 
 import random
 
@@ -79,3 +79,23 @@ def test_grouped_cpu_cases_it_declines_keep_the_other_routes(case, rng, gen, see
     cfg = grouped_config(rng, **fixed)
     dtype = torch.float64 if case == "float64" else torch.float32
     check_conv_case(conv2d_call(cfg), cfg, "cpu", dtype, gen, f"seed={seed} {case} {cfg}")
+
+
+def test_grouped_cpu_weight_gradient_does_not_depend_on_the_thread_count(gen):
+    x = make_tensor((3, 256, 14, 14), torch.float32, "cpu", "channels_last", gen)
+    w = make_tensor((256, 8, 3, 3), torch.float32, "cpu", "channels_last", gen)
+    go = make_tensor((3, 256, 7, 7), torch.float32, "cpu", "channels_last", gen)
+    args = ([2, 2], [1, 1], [1, 1], 32)
+    saved = torch.get_num_threads()
+    try:
+        grads = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            grads.append(ops.conv2d_grad_weight(go, x, w, *args))
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(grads[0], grads[1])
+    assert grads[0].is_contiguous(memory_format=torch.channels_last)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    want = torch.autograd.grad(F.conv2d(x64, w64, None, 2, 1, 1, 32), w64, go.double())[0]
+    torch.testing.assert_close(grads[0].double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
