@@ -221,6 +221,17 @@ __attribute__((always_inline)) inline void weight_item(const float* go, const fl
       for (int64_t x = lo; x < hi; ++x) {
         const Float8 gv = load8(grow + x * g.k);
         const float* src = xrow + (x * k.sw + off) * g.c;
+        if constexpr (KG == 4 && CB == 4) {
+          if (g.cg == 4) {  // the block's two groups' 8 input channels in one load
+            typedef int Int8 __attribute__((vector_size(32)));
+            const Float8 v = load8(src);
+            acc[0] += gv * __builtin_shuffle(v, Int8{0, 0, 0, 0, 4, 4, 4, 4});
+            acc[1] += gv * __builtin_shuffle(v, Int8{1, 1, 1, 1, 5, 5, 5, 5});
+            acc[2] += gv * __builtin_shuffle(v, Int8{2, 2, 2, 2, 6, 6, 6, 6});
+            acc[3] += gv * __builtin_shuffle(v, Int8{3, 3, 3, 3, 7, 7, 7, 7});
+            continue;
+          }
+        }
         for (int cc = 0; cc < CB; ++cc) acc[cc] += gv * lane_values<KG>(src + cc, g.cg);
       }
     }
