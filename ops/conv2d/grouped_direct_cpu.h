@@ -1,16 +1,18 @@
 // Grouped convolutions (1 < groups < C) on the CPU, float32, as direct
-// kernels for the forward and the weight gradient on channels_last data: ResNeXt's and RegNet's grouped layers,
-// whose GEMMs per group are too small for the CPU's BLAS.
+// kernels on channels_last data for the forward (which the stride-1 input
+// gradient runs as) and the weight gradient: ResNeXt's and RegNet's grouped
+// layers, whose GEMMs per group are too small for the CPU's BLAS.
 //
 // Output channels are taken 8 at a time as one vector (a "lane block"): with
 // 8 or more output channels per group (a multiple of 8) the block lies in one
 // group and each input value is broadcast to the 8 lanes; with 1, 2 or 4 per
 // group the block spans 8, 4 or 2 groups and each lane reads its own group's
-// input. Blocks of 4 output positions share each weight vector. Rows of
-// output positions are spread over ATen's threads. A channels_last input is
-// read in place (an NCHW one is changed to channels_last first), the result
-// has F.conv2d's memory format; the weight is read as (K/8, kh, kw, C/groups,
-// 8), a small copy.
+// input. In the forward, blocks of 4 output positions share each weight
+// vector; rows of output positions (or, for weights over 256 KB, images x
+// chunks of lane blocks) are spread over ATen's threads. A channels_last
+// input is read in place (an NCHW one is changed to channels_last first), the
+// result has F.conv2d's memory format; the weight is read as (K/8, kh, kw,
+// C/groups, 8), a small copy.
 //
 // Takes: float32, batched, K a multiple of 8, K/groups 1, 2, 4 or a multiple
 // of 8, at most 64 input channels per group; nullopt otherwise (the column
