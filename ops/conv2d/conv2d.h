@@ -70,6 +70,10 @@ struct Conv2dKernels {
 std::optional<at::Tensor> cpu_conv2d_engine(const at::Tensor& input, const at::Tensor& weight,
                                             const std::optional<at::Tensor>& bias,
                                             const Conv2dShape<int64_t>& s);
+std::optional<at::Tensor> cpu_conv2d_grad_input_engine(const at::Tensor& grad_output,
+                                                       const at::Tensor& input,
+                                                       const at::Tensor& weight,
+                                                       const Conv2dShape<int64_t>& s);
 std::optional<at::Tensor> cpu_conv2d_grad_weight_engine(const at::Tensor& grad_output,
                                                         const at::Tensor& input,
                                                         const at::Tensor& weight,
@@ -77,7 +81,7 @@ std::optional<at::Tensor> cpu_conv2d_grad_weight_engine(const at::Tensor& grad_o
 
 inline Conv2dKernels cpu_conv2d_kernels() {
   return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels(),
-          {&cpu_conv2d_engine, nullptr, &cpu_conv2d_grad_weight_engine}};
+          {&cpu_conv2d_engine, &cpu_conv2d_grad_input_engine, &cpu_conv2d_grad_weight_engine}};
 }
 #ifdef CUSTOMCONV_WITH_CUDA
 // The CUDA engines (engines_cuda.cpp), each trying in turn: the grouped direct

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "ops/common/cpu_simd.h"
 #include "ops/common/launch.h"
@@ -278,6 +279,76 @@ CUSTOMCONV_CPU_CLONES void weight_items(const float* go, const float* in, float*
   }
 }
 
+// ---------------------------------------------------------------- input gradient
+
+// Input positions x0..x0+P-1 of row y of one image's gradient, input channels
+// [8 cb, 8 cb + 8) (a lane block of input channels, lanes mapped to groups as
+// lane_values<CG> does with the roles of input and output channels swapped):
+// per tap, the grad_output position each input position maps to (cols: kw x
+// w, the grad_output column or -1), its group's output channels broadcast (or
+// gathered per lane), times the weight read as wd (C/8, kh, kw, kg, 8).
+template <int CG, int P>
+__attribute__((always_inline)) inline void grad_input_block(const float* gimg, const float* wd,
+                                                            const int64_t* cols, float* grow,
+                                                            const Geometry& g, int64_t y,
+                                                            int64_t x0, int64_t cb) {
+  const Window2d& k = g.win;
+  const int64_t c0 = cb * 8;
+  const float* first = gimg + (c0 / g.cg) * g.kg;  // the block's first group's output channels
+  Float8 acc[P];
+  for (int t = 0; t < P; ++t) acc[t] = Float8{};
+  const float* wblock = wd + cb * k.kh * k.kw * g.kg * 8;
+  for (int64_t i = 0; i < k.kh; ++i) {
+    const int64_t ty = y + k.ph - i * k.dh;
+    if (ty < 0 || ty % k.sh != 0 || ty / k.sh >= g.p) continue;
+    const float* row = first + (ty / k.sh) * g.q * g.k;
+    for (int64_t j = 0; j < k.kw; ++j) {
+      const float* src[P];
+      for (int t = 0; t < P; ++t) {
+        const int64_t ox = cols[j * g.w + x0 + t];
+        src[t] = ox >= 0 ? row + ox * g.k : nullptr;
+      }
+      const float* w = wblock + (i * k.kw + j) * g.kg * 8;
+      for (int64_t kk = 0; kk < g.kg; ++kk) {
+        const Float8 wv = load8(w + kk * 8);
+        for (int t = 0; t < P; ++t) {
+          if (src[t] != nullptr) acc[t] += lane_values<CG>(src[t] + kk, g.kg) * wv;
+        }
+      }
+    }
+  }
+  for (int t = 0; t < P; ++t) store8(grow + (x0 + t) * g.c + c0, acc[t]);
+}
+
+template <int CG>
+__attribute__((always_inline)) inline void grad_input_row(const float* gimg, const float* wd,
+                                                          const int64_t* cols, float* grow,
+                                                          const Geometry& g, int64_t y) {
+  int64_t x = 0;
+  for (; x + kBlock <= g.w; x += kBlock) {
+    for (int64_t cb = 0; cb < g.c / 8; ++cb) grad_input_block<CG, kBlock>(gimg, wd, cols, grow, g, y, x, cb);
+  }
+  for (; x < g.w; ++x) {
+    for (int64_t cb = 0; cb < g.c / 8; ++cb) grad_input_block<CG, 1>(gimg, wd, cols, grow, g, y, x, cb);
+  }
+}
+
+// Input-gradient rows [r0, r1) (r = n * h + y).
+CUSTOMCONV_CPU_CLONES void grad_input_rows(const float* go, const float* wd, const int64_t* cols,
+                                           float* gi, Geometry g, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* gimg = go + (r / g.h) * g.p * g.q * g.k;
+    float* grow = gi + r * g.w * g.c;
+    const int64_t y = r % g.h;
+    switch (g.cg) {
+      case 1: grad_input_row<1>(gimg, wd, cols, grow, g, y); break;
+      case 2: grad_input_row<2>(gimg, wd, cols, grow, g, y); break;
+      case 4: grad_input_row<4>(gimg, wd, cols, grow, g, y); break;
+      default: grad_input_row<8>(gimg, wd, cols, grow, g, y); break;
+    }
+  }
+}
+
 // The conditions both passes share; the geometry, or nullopt.
 std::optional<Geometry> takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   if (input.device().type() != at::kCPU || input.scalar_type() != at::kFloat || !s.in.batched ||
@@ -311,6 +382,48 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight_cpu(const at::Tensor
   float* wp = gw.mutable_data_ptr<float>();
   parallel_range(items, 1, [&](int64_t t0, int64_t t1) { weight_items(gp, ip, wp, g, t0, t1); });
   return gw.permute({0, 3, 1, 2}).contiguous(conv2d_output_format(input, weight));
+}
+
+std::optional<at::Tensor> grouped_direct_conv2d_grad_input_cpu(const at::Tensor& grad_output,
+                                                               const at::Tensor& input,
+                                                               const at::Tensor& weight,
+                                                               const Conv2dShape<int64_t>& s) {
+  // The lanes are input channels here: C a multiple of 8, C/groups 1, 2, 4 or
+  // a multiple of 8, at most 64 output channels per group.
+  if (input.device().type() != at::kCPU || input.scalar_type() != at::kFloat || !s.in.batched ||
+      s.groups <= 1 || s.groups >= s.in.c || grad_output.dim() != 4) {
+    return std::nullopt;
+  }
+  const int64_t kg = s.k / s.groups, cg = s.in.c / s.groups;
+  const bool lanes_fit = cg == 1 || cg == 2 || cg == 4 || cg % 8 == 0;
+  if (!lanes_fit || s.in.c % 8 != 0 || kg == 0 || kg > 64) return std::nullopt;
+  if (s.in.n * s.oh * s.ow == 0 || s.in.h * s.in.w == 0) return std::nullopt;
+  const Geometry g{s.in.n, s.in.h, s.in.w, s.in.c, s.k, s.oh, s.ow, cg, kg, s.win};
+  const Window2d& win = s.win;
+  const at::Tensor go = grad_output.contiguous(at::MemoryFormat::ChannelsLast);
+  // (K, cg, kh, kw) as (C/8, kh, kw, kg, 8): lane l of input block cb takes
+  // output channel kk of its group, group (8 cb + l) / cg, input channel (8 cb + l) % cg.
+  const at::Tensor wd = weight.reshape({s.groups, kg, cg, win.kh, win.kw})
+                            .permute({0, 2, 3, 4, 1})  // (groups, cg, kh, kw, kg)
+                            .reshape({s.in.c / 8, 8, win.kh, win.kw, kg})
+                            .permute({0, 2, 3, 4, 1})
+                            .contiguous();
+  // The grad_output column of each tap at each input column (every row the same).
+  std::vector<int64_t> cols(win.kw * g.w);
+  for (int64_t j = 0; j < win.kw; ++j) {
+    for (int64_t x = 0; x < g.w; ++x) {
+      const int64_t tx = x + win.pw - j * win.dw;
+      cols[j * g.w + x] = tx >= 0 && tx % win.sw == 0 && tx / win.sw < g.q ? tx / win.sw : -1;
+    }
+  }
+  at::Tensor gi = empty_channels_last(input, s.in.n, s.in.c, s.in.h, s.in.w);
+  const float* gp = go.const_data_ptr<float>();
+  const float* wp = wd.const_data_ptr<float>();
+  float* op = gi.mutable_data_ptr<float>();
+  parallel_range(g.n * g.h, grain_for(win.kh * win.kw * kg * g.w * g.c), [&](int64_t r0, int64_t r1) {
+    grad_input_rows(gp, wp, cols.data(), op, g, r0, r1);
+  });
+  return gi.contiguous(conv2d_output_format(input, weight));
 }
 
 std::optional<at::Tensor> grouped_direct_conv2d_cpu(const at::Tensor& input,

@@ -1,6 +1,6 @@
 // Grouped convolutions (1 < groups < C) on the CPU, float32, as direct
 // kernels on channels_last data for the forward (which the stride-1 input
-// gradient runs as) and the weight gradient: ResNeXt's and RegNet's grouped
+// gradient runs as), the strided input gradient and the weight gradient: ResNeXt's and RegNet's grouped
 // layers, whose GEMMs per group are too small for the CPU's BLAS.
 //
 // Output channels are taken 8 at a time as one vector (a "lane block"): with
@@ -31,6 +31,13 @@ std::optional<at::Tensor> grouped_direct_conv2d_cpu(const at::Tensor& input,
                                                     const at::Tensor& weight,
                                                     const std::optional<at::Tensor>& bias,
                                                     const Conv2dShape<int64_t>& s);
+// The input gradient where the stride-1 route (the forward with the rotated
+// weight) does not take it: input channels 8 at a time as the vector, the
+// same lane mapping with the roles of input and output channels swapped.
+std::optional<at::Tensor> grouped_direct_conv2d_grad_input_cpu(const at::Tensor& grad_output,
+                                                               const at::Tensor& input,
+                                                               const at::Tensor& weight,
+                                                               const Conv2dShape<int64_t>& s);
 // The weight gradient: per item (8 output channels, a tap, up to 8 input
 // channels of their groups), a sum over every output position in order, the
 // items spread over threads (the same result with any thread count);
