@@ -83,6 +83,16 @@ inline Conv2dKernels cpu_conv2d_kernels() {
   return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels(),
           {&cpu_conv2d_engine, &cpu_conv2d_grad_input_engine, &cpu_conv2d_grad_weight_engine}};
 }
+// Whether conv2d_grad_input_impl can run the input gradient as the forward
+// convolution of grad_output with the rotated weight (stride 1, the rotated
+// padding not negative, not a 1x1 unpadded window), so that a grouped
+// layer's grad_input engine leaves it to that route and its forward engine.
+inline bool grad_input_as_forward(const Window2d& w) {
+  const bool pointwise = w.kh == 1 && w.kw == 1 && w.ph == 0 && w.pw == 0;
+  return w.sh == 1 && w.sw == 1 && w.dh * (w.kh - 1) >= w.ph && w.dw * (w.kw - 1) >= w.pw &&
+         !pointwise;
+}
+
 #ifdef CUSTOMCONV_WITH_CUDA
 // The CUDA engines (engines_cuda.cpp), each trying in turn: the grouped direct
 // kernels (grouped_direct.h) for grouped layers, then the implicit GEMMs

@@ -16,13 +16,7 @@ std::optional<at::Tensor> cpu_conv2d_grad_input_engine(const at::Tensor& grad_ou
                                                        const at::Tensor& weight,
                                                        const Conv2dShape<int64_t>& s) {
   if (s.groups <= 1) return std::nullopt;
-  // With stride 1 conv2d_grad_input_impl runs the input gradient as the
-  // forward of grad_output with the rotated weight (the grouped forward).
-  const Window2d& w = s.win;
-  const bool pointwise = w.kh == 1 && w.kw == 1 && w.ph == 0 && w.pw == 0;
-  const bool as_forward = w.sh == 1 && w.sw == 1 && w.dh * (w.kh - 1) >= w.ph &&
-                          w.dw * (w.kw - 1) >= w.pw && !pointwise;
-  if (as_forward) return std::nullopt;
+  if (grad_input_as_forward(s.win)) return std::nullopt;  // the grouped forward kernel
   return grouped_direct_conv2d_grad_input_cpu(grad_output, input, weight, s);
 }
 

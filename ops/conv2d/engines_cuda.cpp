@@ -19,14 +19,7 @@ std::optional<at::Tensor> cuda_conv2d_grad_input_engine(const at::Tensor& grad_o
                                                         const at::Tensor& weight,
                                                         const Conv2dShape<int64_t>& s) {
   if (s.groups > 1) {
-    // With stride 1 conv2d_grad_input_impl runs the input gradient as a
-    // forward convolution of grad_output with the rotated weight, which takes
-    // the grouped forward's tensor cores where they apply.
-    const Window2d& w = s.win;
-    const bool pointwise = w.kh == 1 && w.kw == 1 && w.ph == 0 && w.pw == 0;
-    const bool as_forward = w.sh == 1 && w.sw == 1 && w.dh * (w.kh - 1) >= w.ph &&
-                            w.dw * (w.kw - 1) >= w.pw && !pointwise;
-    if (as_forward) return std::nullopt;
+    if (grad_input_as_forward(s.win)) return std::nullopt;  // the grouped forward's tensor cores
 #ifdef CUSTOMCONV_WITH_CUTLASS
     if (auto gi = implicit_gemm_grouped_conv2d_grad_input(grad_output, input, weight, s)) return gi;
 #endif

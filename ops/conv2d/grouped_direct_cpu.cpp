@@ -349,15 +349,22 @@ CUSTOMCONV_CPU_CLONES void grad_input_rows(const float* go, const float* wd, con
   }
 }
 
-// The conditions both passes share; the geometry, or nullopt.
-std::optional<Geometry> takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+// The conditions the passes share; the geometry, or nullopt. The vector
+// lanes are output channels (forward, weight gradient) or, with
+// `input_lanes`, input channels (input gradient): their count a multiple of
+// 8, and per group 1, 2, 4 or a multiple of 8; the other side's channels per
+// group (the reduction) at most 64.
+std::optional<Geometry> takes(const at::Tensor& input, const Conv2dShape<int64_t>& s,
+                              bool input_lanes = false) {
   if (input.device().type() != at::kCPU || input.scalar_type() != at::kFloat || !s.in.batched ||
       s.groups <= 1 || s.groups >= s.in.c) {
     return std::nullopt;
   }
   const int64_t kg = s.k / s.groups, cg = s.in.c / s.groups;
-  const bool lanes_fit = kg == 1 || kg == 2 || kg == 4 || kg % 8 == 0;
-  if (!lanes_fit || s.k % 8 != 0 || kg == 0 || cg > 64) return std::nullopt;
+  const int64_t lanes = input_lanes ? s.in.c : s.k, lanes_g = input_lanes ? cg : kg;
+  const int64_t reduced_g = input_lanes ? kg : cg;
+  const bool lanes_fit = lanes_g == 1 || lanes_g == 2 || lanes_g == 4 || lanes_g % 8 == 0;
+  if (!lanes_fit || lanes % 8 != 0 || kg == 0 || reduced_g > 64) return std::nullopt;
   if (s.in.n * s.oh * s.ow == 0 || s.in.h * s.in.w == 0) return std::nullopt;
   return Geometry{s.in.n, s.in.h, s.in.w, s.in.c, s.k, s.oh, s.ow, cg, kg, s.win};
 }
@@ -388,17 +395,10 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_input_cpu(const at::Tensor&
                                                                const at::Tensor& input,
                                                                const at::Tensor& weight,
                                                                const Conv2dShape<int64_t>& s) {
-  // The lanes are input channels here: C a multiple of 8, C/groups 1, 2, 4 or
-  // a multiple of 8, at most 64 output channels per group.
-  if (input.device().type() != at::kCPU || input.scalar_type() != at::kFloat || !s.in.batched ||
-      s.groups <= 1 || s.groups >= s.in.c || grad_output.dim() != 4) {
-    return std::nullopt;
-  }
-  const int64_t kg = s.k / s.groups, cg = s.in.c / s.groups;
-  const bool lanes_fit = cg == 1 || cg == 2 || cg == 4 || cg % 8 == 0;
-  if (!lanes_fit || s.in.c % 8 != 0 || kg == 0 || kg > 64) return std::nullopt;
-  if (s.in.n * s.oh * s.ow == 0 || s.in.h * s.in.w == 0) return std::nullopt;
-  const Geometry g{s.in.n, s.in.h, s.in.w, s.in.c, s.k, s.oh, s.ow, cg, kg, s.win};
+  const auto geo = takes(input, s, /*input_lanes=*/true);  // input channels as the lanes
+  if (!geo || grad_output.dim() != 4) return std::nullopt;
+  const Geometry& g = *geo;
+  const int64_t kg = g.kg, cg = g.cg;
   const Window2d& win = s.win;
   const at::Tensor go = grad_output.contiguous(at::MemoryFormat::ChannelsLast);
   // (K, cg, kh, kw) as (C/8, kh, kw, kg, 8): lane l of input block cb takes
