@@ -1,7 +1,8 @@
 // Autocast kernels (torch.autocast on CUDA and CPU): each op casts its floating
 // point tensor arguments as its closest ATen relative does under autocast, then
 // runs below autocast through the dispatcher (so autograd sees the casts):
-//   conv2d, depthwise_conv2d, filter2d   like aten::conv2d: the autocast dtype
+//   conv2d, conv2d_fused,
+//   depthwise_conv2d, filter2d           like aten::conv2d: the autocast dtype
 //                                        (float16 / bfloat16), "lower_precision_fp"
 //   trilinear_interpolation              like aten::grid_sampler (trilinear sampling
 //                                        of a grid): on CUDA the widest dtype of its
@@ -41,6 +42,19 @@ at::Tensor conv2d_autocast(const at::Tensor& input, const at::Tensor& weight,
 }
 
 template <c10::DeviceType device>
+at::Tensor conv2d_fused_autocast(const at::Tensor& input, const at::Tensor& weight,
+                                 const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                 c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                 int64_t groups, c10::string_view activation,
+                                 const std::optional<at::Tensor>& residual) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(autocast_key<device>());
+  const auto to = lower_precision<device>();
+  return customconv::conv2d_fused(cached_cast(to, input, device), cached_cast(to, weight, device),
+                                  cached_cast(to, bias, device), stride, padding, dilation, groups,
+                                  activation, cached_cast(to, residual, device));
+}
+
+template <c10::DeviceType device>
 at::Tensor depthwise_conv2d_autocast(const at::Tensor& input, const at::Tensor& weight,
                                      const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                      c10::IntArrayRef padding, c10::IntArrayRef dilation) {
@@ -73,6 +87,7 @@ at::Tensor trilinear_interpolation_autocast(const at::Tensor& feats, const at::T
 template <c10::DeviceType device>
 void register_autocast_kernels(torch::Library& m) {
   m.impl("conv2d", TORCH_FN(conv2d_autocast<device>));
+  m.impl("conv2d_fused", TORCH_FN(conv2d_fused_autocast<device>));
   m.impl("depthwise_conv2d", TORCH_FN(depthwise_conv2d_autocast<device>));
   m.impl("filter2d", TORCH_FN(filter2d_autocast<device>));
   m.impl("trilinear_interpolation", TORCH_FN(trilinear_interpolation_autocast<device>));

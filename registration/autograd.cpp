@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include "customconv/customconv.h"
+#include "ops/common/epilogue.h"
 #include "ops/common/trilinear_shapes.h"
 
 namespace customconv {
@@ -66,6 +67,63 @@ class Conv2dFunction : public torch::autograd::Function<Conv2dFunction> {
       gb = detail::conv2d_grad_bias(go);
     }
     return {gi, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// conv2d_fused for training: the forward computes pre = conv + bias +
+// residual with the fused op (identity activation), then the activation as an
+// ATen op, and keeps what the activation's derivative reads (its input for
+// relu6, silu, hardswish and gelu; its output for relu and sigmoid). The
+// backward takes the activation's gradient, then conv2d's backward ops; the
+// residual's gradient is the activation's input gradient itself.
+class Conv2dFusedFunction : public torch::autograd::Function<Conv2dFusedFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                            c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
+                            c10::string_view activation,
+                            const std::optional<at::Tensor>& residual) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    const Activation a = parse_activation("conv2d_fused", activation);
+    save_window(ctx, stride, padding, dilation);
+    ctx->saved_data["groups"] = groups;
+    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+    ctx->saved_data["activation"] = static_cast<int64_t>(a);
+    ctx->saved_data["has_residual"] = residual.has_value() && residual->defined();
+    const at::Tensor pre = customconv::conv2d_fused(input, weight, bias, stride, padding, dilation,
+                                                    groups, "identity", residual);
+    const at::Tensor out = activation_forward(pre, a);
+    const bool reads_out = a == Activation::kRelu || a == Activation::kSigmoid;
+    const bool reads_pre = !reads_out && a != Activation::kIdentity;
+    ctx->save_for_backward({input, weight, reads_pre ? pre : at::Tensor(),
+                            reads_out ? out : at::Tensor()});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& input = saved[0];
+    const at::Tensor& weight = saved[1];
+    const auto a = static_cast<Activation>(ctx->saved_data["activation"].toInt());
+    const at::Tensor go = activation_backward(grads[0], saved[2], saved[3], a);
+    const auto [stride, padding, dilation] = load_window(ctx);
+    const int64_t groups = ctx->saved_data["groups"].toInt();
+    at::Tensor gi, gw, gb, gr;
+    if (ctx->needs_input_grad(0)) {
+      gi = detail::conv2d_grad_input(go, input, weight, stride, padding, dilation, groups);
+    }
+    if (ctx->needs_input_grad(1)) {
+      gw = detail::conv2d_grad_weight(go, input, weight, stride, padding, dilation, groups);
+    }
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
+      gb = detail::conv2d_grad_bias(go);
+    }
+    // needs_input_grad counts the tensors given (a missing bias is none).
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    if (ctx->saved_data["has_residual"].toBool() && ctx->needs_input_grad(has_bias ? 3 : 2)) {
+      gr = go;
+    }
+    return {gi, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), gr};
   }
 };
 
@@ -302,6 +360,22 @@ at::Tensor conv2d_autograd(const at::Tensor& input, const at::Tensor& weight,
   return Conv2dFunction::apply(input, weight, bias, stride, padding, dilation, groups);
 }
 
+// Without a graph to record (no_grad, or nothing requiring grad) the op runs
+// below autograd, its activation fused in the kernels.
+at::Tensor conv2d_fused_autograd(const at::Tensor& input, const at::Tensor& weight,
+                                 const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                 c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                 int64_t groups, c10::string_view activation,
+                                 const std::optional<at::Tensor>& residual) {
+  if (!records_graph(input, weight, bias.value_or(at::Tensor()), residual.value_or(at::Tensor()))) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return customconv::conv2d_fused(input, weight, bias, stride, padding, dilation, groups,
+                                    activation, residual);
+  }
+  return Conv2dFusedFunction::apply(input, weight, bias, stride, padding, dilation, groups,
+                                    activation, residual);
+}
+
 at::Tensor depthwise_conv2d_autograd(const at::Tensor& input, const at::Tensor& weight,
                                      const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                      c10::IntArrayRef padding, c10::IntArrayRef dilation) {
@@ -356,6 +430,7 @@ at::Tensor col2im_autograd(const at::Tensor& columns, c10::IntArrayRef output_si
 
 TORCH_LIBRARY_IMPL(customconv, Autograd, m) {
   m.impl("conv2d", &conv2d_autograd);
+  m.impl("conv2d_fused", &conv2d_fused_autograd);
   m.impl("depthwise_conv2d", &depthwise_conv2d_autograd);
   m.impl("filter2d", &filter2d_autograd);
   m.impl("trilinear_interpolation", &trilinear_autograd);

@@ -16,6 +16,14 @@ at::Tensor conv2d_cpu(const at::Tensor& input, const at::Tensor& weight,
   return conv2d_impl(cpu_conv2d_kernels(), input, weight, bias, stride, padding, dilation, groups);
 }
 
+at::Tensor conv2d_fused_cpu(const at::Tensor& input, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                            c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
+                            c10::string_view activation, const std::optional<at::Tensor>& residual) {
+  return conv2d_fused_impl(cpu_conv2d_kernels(), input, weight, bias, stride, padding, dilation,
+                           groups, activation, residual);
+}
+
 at::Tensor conv2d_grad_input_cpu(const at::Tensor& grad_output, const at::Tensor& input,
                                  const at::Tensor& weight, c10::IntArrayRef stride,
                                  c10::IntArrayRef padding, c10::IntArrayRef dilation,
@@ -117,6 +125,7 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_from_derivatives_cpu(
 
 TORCH_LIBRARY_IMPL(customconv, CPU, m) {
   m.impl("conv2d", &conv2d_cpu);
+  m.impl("conv2d_fused", &conv2d_fused_cpu);
   m.impl("conv2d_grad_input", &conv2d_grad_input_cpu);
   m.impl("conv2d_grad_weight", &conv2d_grad_weight_cpu);
   m.impl("conv2d_grad_bias", &conv2d_grad_bias_impl);

@@ -25,6 +25,16 @@ at::Tensor conv2d_cuda(const at::Tensor& input, const at::Tensor& weight,
   return conv2d_impl(cuda_conv2d_kernels(), input, weight, bias, stride, padding, dilation, groups);
 }
 
+at::Tensor conv2d_fused_cuda(const at::Tensor& input, const at::Tensor& weight,
+                             const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                             c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
+                             c10::string_view activation,
+                             const std::optional<at::Tensor>& residual) {
+  const c10::cuda::OptionalCUDAGuard guard(cuda_device_of(input));
+  return conv2d_fused_impl(cuda_conv2d_kernels(), input, weight, bias, stride, padding, dilation,
+                           groups, activation, residual);
+}
+
 at::Tensor conv2d_grad_input_cuda(const at::Tensor& grad_output, const at::Tensor& input,
                                   const at::Tensor& weight, c10::IntArrayRef stride,
                                   c10::IntArrayRef padding, c10::IntArrayRef dilation,
@@ -147,6 +157,7 @@ std::tuple<at::Tensor, at::Tensor> trilinear_backward_from_derivatives_cuda(
 
 TORCH_LIBRARY_IMPL(customconv, CUDA, m) {
   m.impl("conv2d", &conv2d_cuda);
+  m.impl("conv2d_fused", &conv2d_fused_cuda);
   m.impl("conv2d_grad_input", &conv2d_grad_input_cuda);
   m.impl("conv2d_grad_weight", &conv2d_grad_weight_cuda);
   m.impl("conv2d_grad_bias", &conv2d_grad_bias_cuda);

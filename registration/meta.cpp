@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include "ops/common/conv_shapes.h"
+#include "ops/common/epilogue.h"
 #include "ops/common/filter_shapes.h"
 #include "ops/common/trilinear_shapes.h"
 
@@ -23,6 +24,19 @@ at::Tensor conv2d_meta(const at::Tensor& input, const at::Tensor& weight,
                        c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
   const auto s =
       check_conv2d<Sym>("conv2d", input, weight, bias, stride, padding, dilation, groups);
+  return at::empty_symint(image_sizes(s.in.batched, s.in.n, s.k, s.oh, s.ow),
+                          input.options().memory_format(conv2d_output_format(input, weight)));
+}
+
+at::Tensor conv2d_fused_meta(const at::Tensor& input, const at::Tensor& weight,
+                             const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                             c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
+                             c10::string_view activation,
+                             const std::optional<at::Tensor>& residual) {
+  const char* op = "conv2d_fused";
+  parse_activation(op, activation);
+  const auto s = check_conv2d_fused<Sym>(op, input, weight, bias, stride, padding, dilation,
+                                         groups, residual);
   return at::empty_symint(image_sizes(s.in.batched, s.in.n, s.k, s.oh, s.ow),
                           input.options().memory_format(conv2d_output_format(input, weight)));
 }
@@ -175,6 +189,7 @@ at::Tensor col2im_meta(const at::Tensor& columns, c10::IntArrayRef output_size,
 
 TORCH_LIBRARY_IMPL(customconv, Meta, m) {
   m.impl("conv2d", &conv2d_meta);
+  m.impl("conv2d_fused", &conv2d_fused_meta);
   m.impl("conv2d_grad_input", &conv2d_grad_input_meta);
   m.impl("conv2d_grad_weight", &conv2d_grad_weight_meta);
   m.impl("conv2d_grad_bias", &conv2d_grad_bias_meta);

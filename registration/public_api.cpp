@@ -14,6 +14,10 @@ c10::TypedOperatorHandle<Signature> handle(const char* name) {
 
 using Conv2dSig = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                              c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, int64_t);
+using Conv2dFusedSig = at::Tensor(const at::Tensor&, const at::Tensor&,
+                                  const std::optional<at::Tensor>&, c10::IntArrayRef,
+                                  c10::IntArrayRef, c10::IntArrayRef, int64_t, c10::string_view,
+                                  const std::optional<at::Tensor>&);
 using DepthwiseSig = at::Tensor(const at::Tensor&, const at::Tensor&,
                                 const std::optional<at::Tensor>&, c10::IntArrayRef,
                                 c10::IntArrayRef, c10::IntArrayRef);
@@ -41,6 +45,14 @@ at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight,
                   c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
   static const auto op = handle<Conv2dSig>("customconv::conv2d");
   return op.call(input, weight, bias, stride, padding, dilation, groups);
+}
+
+at::Tensor conv2d_fused(const at::Tensor& input, const at::Tensor& weight,
+                        const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                        c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
+                        c10::string_view activation, const std::optional<at::Tensor>& residual) {
+  static const auto op = handle<Conv2dFusedSig>("customconv::conv2d_fused");
+  return op.call(input, weight, bias, stride, padding, dilation, groups, activation, residual);
 }
 
 at::Tensor depthwise_conv2d(const at::Tensor& input, const at::Tensor& weight,

@@ -13,6 +13,14 @@ TORCH_LIBRARY(customconv, m) {
       "depthwise_conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, "
       "int[2] padding=0, int[2] dilation=1) -> Tensor",
       tags);
+  // conv2d, then out = activation(out + residual): the bias, the residual
+  // (optional, the output's shape) and the activation (identity, relu, relu6,
+  // silu, hardswish, gelu, sigmoid) applied in the convolution's epilogue.
+  m.def(
+      "conv2d_fused(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, "
+      "int[2] padding=0, int[2] dilation=1, int groups=1, str activation=\"identity\", "
+      "Tensor? residual=None) -> Tensor",
+      tags);
   m.def("filter2d(Tensor input, Tensor kernel, str border=\"zeros\") -> Tensor", tags);
   m.def("trilinear_interpolation(Tensor feats, Tensor points) -> Tensor", tags);
   m.def(

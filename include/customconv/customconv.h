@@ -36,6 +36,17 @@ CUSTOMCONV_API at::Tensor depthwise_conv2d(const at::Tensor& input, const at::Te
                                            c10::IntArrayRef padding = 0,
                                            c10::IntArrayRef dilation = 1);
 
+// Inference building block: activation(conv2d(input, weight, bias, ...) +
+// residual), where residual (optional) has the output's shape and activation is
+// "identity", "relu", "relu6", "silu", "hardswish", "gelu" (erf form) or
+// "sigmoid". Depthwise layers (groups == C) included. Differentiable.
+CUSTOMCONV_API at::Tensor conv2d_fused(const at::Tensor& input, const at::Tensor& weight,
+                                       const std::optional<at::Tensor>& bias = std::nullopt,
+                                       c10::IntArrayRef stride = 1, c10::IntArrayRef padding = 0,
+                                       c10::IntArrayRef dilation = 1, int64_t groups = 1,
+                                       c10::string_view activation = "identity",
+                                       const std::optional<at::Tensor>& residual = std::nullopt);
+
 // One odd-sized (kh, kw) kernel correlated with every (H, W) plane of an input
 // (..., H, W); output of the input's shape. border is "zeros", "reflect",
 // "replicate" or "circular", meaning F.pad(plane, (kw/2, kw/2, kh/2, kh/2), border).

@@ -208,6 +208,29 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
   return in_format(unbatch(out, s.in.batched));
 }
 
+at::Tensor conv2d_fused_impl(const Conv2dKernels& kernels, const at::Tensor& input,
+                             const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                             c10::IntArrayRef stride, c10::IntArrayRef padding,
+                             c10::IntArrayRef dilation, int64_t groups,
+                             c10::string_view activation,
+                             const std::optional<at::Tensor>& residual) {
+  const char* op = "conv2d_fused";
+  const ConvEpilogue e{parse_activation(op, activation), residual_or_none(residual)};
+  const auto s = check_conv2d_fused<int64_t>(op, input, weight, bias, stride, padding, dilation,
+                                             groups, residual);
+  if (routes_to_depthwise(s) && !e.has_residual()) {
+    return depthwise_conv2d_impl(kernels.depthwise, input, weight, bias, stride, padding, dilation,
+                                 e.activation)
+        .contiguous(conv2d_output_format(input, weight));
+  }
+  if (kernels.engines.fused_forward != nullptr && !routes_to_depthwise(s)) {
+    if (auto out = kernels.engines.fused_forward(input, weight, bias, s, e)) return *out;
+  }
+  at::Tensor out = conv2d_impl(kernels, input, weight, bias, stride, padding, dilation, groups);
+  apply_epilogue_(out, e);
+  return out;
+}
+
 at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor& grad_output,
                                   const at::Tensor& input_arg, const at::Tensor& weight_arg,
                                   c10::IntArrayRef stride, c10::IntArrayRef padding,

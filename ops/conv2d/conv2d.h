@@ -30,6 +30,7 @@
 
 #include "ops/columns/column_kernels.h"
 #include "ops/common/conv_shapes.h"
+#include "ops/common/epilogue.h"
 #include "ops/conv2d/batched_gemm.h"
 #include "ops/conv2d/channels_last_gemm.h"
 #include "ops/conv2d/pointwise_gemm.h"
@@ -51,10 +52,19 @@ using Conv2dBackwardEngine = std::optional<at::Tensor> (*)(const at::Tensor& gra
                                                            const at::Tensor& weight,
                                                            const Conv2dShape<int64_t>& s);
 
+// conv2d_fused's forward: the convolution with the bias, the residual and the
+// activation applied in the kernel's epilogue, or nullopt.
+using Conv2dFusedEngine = std::optional<at::Tensor> (*)(const at::Tensor& input,
+                                                        const at::Tensor& weight,
+                                                        const std::optional<at::Tensor>& bias,
+                                                        const Conv2dShape<int64_t>& s,
+                                                        const ConvEpilogue& epilogue);
+
 struct Conv2dEngines {
   Conv2dForwardEngine forward = nullptr;
   Conv2dBackwardEngine grad_input = nullptr;
   Conv2dBackwardEngine grad_weight = nullptr;
+  Conv2dFusedEngine fused_forward = nullptr;
 };
 
 struct Conv2dKernels {
@@ -108,11 +118,18 @@ std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_
                                                          const at::Tensor& input,
                                                          const at::Tensor& weight,
                                                          const Conv2dShape<int64_t>& s);
+// The implicit GEMMs with the epilogue in the kernel (implicit_gemm.h).
+std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
+                                                   const at::Tensor& weight,
+                                                   const std::optional<at::Tensor>& bias,
+                                                   const Conv2dShape<int64_t>& s,
+                                                   const ConvEpilogue& epilogue);
 
 inline Conv2dKernels cuda_conv2d_kernels() {
   return {cuda_column_kernels(), &batched_gemm_cuda, &gemm_parallelism_cuda,
           cuda_depthwise_kernels(),
-          {&cuda_conv2d_engine, &cuda_conv2d_grad_input_engine, &cuda_conv2d_grad_weight_engine}};
+          {&cuda_conv2d_engine, &cuda_conv2d_grad_input_engine, &cuda_conv2d_grad_weight_engine,
+           &cuda_conv2d_fused_engine}};
 }
 #endif
 
@@ -120,6 +137,18 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input,
                        const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                        c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
                        int64_t groups);
+
+// conv2d_fused: activation(conv2d(...) + residual). Routes, in turn:
+// depthwise layers without a residual take the depthwise kernels, which apply
+// the activation as they store; then the device's fused engine
+// (Conv2dEngines::fused_forward); else conv2d_impl followed by the epilogue as
+// ATen operations on its output (apply_epilogue_).
+at::Tensor conv2d_fused_impl(const Conv2dKernels& kernels, const at::Tensor& input,
+                             const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                             c10::IntArrayRef stride, c10::IntArrayRef padding,
+                             c10::IntArrayRef dilation, int64_t groups,
+                             c10::string_view activation,
+                             const std::optional<at::Tensor>& residual);
 
 // d(loss)/d(input): GEMM with the transposed weight, then col2im.
 at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor& grad_output,

@@ -14,6 +14,19 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
   return std::nullopt;
 }
 
+std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
+                                                   const at::Tensor& weight,
+                                                   const std::optional<at::Tensor>& bias,
+                                                   const Conv2dShape<int64_t>& s,
+                                                   const ConvEpilogue& epilogue) {
+#ifdef CUSTOMCONV_WITH_CUTLASS
+  return implicit_gemm_conv2d_fused(input, weight, bias, s, epilogue);
+#else
+  (void)input, (void)weight, (void)bias, (void)s, (void)epilogue;
+  return std::nullopt;
+#endif
+}
+
 std::optional<at::Tensor> cuda_conv2d_grad_input_engine(const at::Tensor& grad_output,
                                                         const at::Tensor& input,
                                                         const at::Tensor& weight,

@@ -92,6 +92,8 @@ struct PassKernels {
 };
 constexpr PassKernels kFprop{&implicit_gemm::fprop_f16, &implicit_gemm::fprop_bf16,
                              &implicit_gemm::fprop_f32};
+constexpr PassKernels kFpropFused{&implicit_gemm::fprop_fused_f16, &implicit_gemm::fprop_fused_bf16,
+                                  &implicit_gemm::fprop_fused_f32};
 constexpr PassKernels kDgrad{&implicit_gemm::dgrad_f16, &implicit_gemm::dgrad_bf16,
                              &implicit_gemm::dgrad_f32};
 constexpr PassKernels kWgrad{&implicit_gemm::wgrad_f16, &implicit_gemm::wgrad_bf16,
@@ -178,13 +180,23 @@ at::Tensor in_format(const at::Tensor& t, const at::Tensor& input, const at::Ten
   return t.contiguous(conv2d_output_format(input, weight));
 }
 
+// The forward on prepared operands (channels_last input, merged groups), the
+// output channels_last. With `epilogue` (the fused forward): its residual
+// added (read as NPQK: copied into channels_last where it is stored
+// otherwise) and its activation applied, by the fused kernels, or by the
+// split-K sum where the reduction is split.
 std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weight,
-                                const std::optional<at::Tensor>& bias, const Conv2dShape<int64_t>& s) {
+                                const std::optional<at::Tensor>& bias, const Conv2dShape<int64_t>& s,
+                                const ConvEpilogue* epilogue = nullptr) {
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor w = weight.contiguous(kChannelsLast);  // (K, kh, kw, C) in memory
   const bool has_bias = bias.has_value() && bias->defined();
   const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
-  if (!aligned16(w) || (has_bias && !aligned16(b))) return std::nullopt;
+  const bool has_residual = epilogue != nullptr && epilogue->has_residual();
+  const at::Tensor r = has_residual ? epilogue->residual.contiguous(kChannelsLast) : at::Tensor();
+  if (!aligned16(w) || (has_bias && !aligned16(b)) || (has_residual && !aligned16(r))) {
+    return std::nullopt;
+  }
   at::Tensor out = empty_channels_last(input, s.in.n, s.k, s.oh, s.ow);
   if (out.numel() == 0) return out;
   implicit_gemm::ConvProblem pr = geometry(input, s);
@@ -192,6 +204,10 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
   pr.weight = const_cast<void*>(w.const_data_ptr());
   pr.output = out.mutable_data_ptr();
   pr.bias = has_bias ? b.const_data_ptr() : nullptr;
+  if (epilogue != nullptr) {
+    pr.residual = has_residual ? r.const_data_ptr() : nullptr;
+    pr.activation = epilogue->activation;
+  }
   if (s.groups > 1) {
     pr.groups = int(s.groups);
   } else {
@@ -202,15 +218,16 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
     partial = at::empty({pr.split_k, out.numel()}, input.options().dtype(at::kFloat));
     pr.workspace = partial.mutable_data_ptr();
   }
-  if (!kFprop(input, pr)) return std::nullopt;
+  // The split-K forward applies the epilogue in its sum; a single pass needs the fused kernels.
+  const PassKernels& kernels = epilogue != nullptr && pr.split_k <= 1 ? kFpropFused : kFprop;
+  if (!kernels(input, pr)) return std::nullopt;
   return out;
 }
 
-}  // namespace
-
-std::optional<at::Tensor> implicit_gemm_conv2d(const at::Tensor& input, const at::Tensor& weight,
-                                               const std::optional<at::Tensor>& bias,
-                                               const Conv2dShape<int64_t>& s) {
+// The forward, unfused (epilogue null) or fused.
+std::optional<at::Tensor> forward(const at::Tensor& input, const at::Tensor& weight,
+                                  const std::optional<at::Tensor>& bias, const Conv2dShape<int64_t>& s,
+                                  const ConvEpilogue* epilogue) {
   // Grouped layers take NCHW data too, changed to channels_last and back: the
   // direct kernels they would go to otherwise change the layout as well.
   const bool relayout = s.groups > 1 && input.dim() == 4 && !input.is_contiguous(kChannelsLast);
@@ -223,9 +240,26 @@ std::optional<at::Tensor> implicit_gemm_conv2d(const at::Tensor& input, const at
     w = block_diagonal(weight, s.groups, gs);
     merged.groups = s.groups / gs;
   }
-  const auto out = fprop(x->t, w, bias, merged);
+  const auto out = fprop(x->t, w, bias, merged, epilogue);
   if (!out) return std::nullopt;
   return in_format(*out, input, weight);
+}
+
+}  // namespace
+
+std::optional<at::Tensor> implicit_gemm_conv2d(const at::Tensor& input, const at::Tensor& weight,
+                                               const std::optional<at::Tensor>& bias,
+                                               const Conv2dShape<int64_t>& s) {
+  return forward(input, weight, bias, s, nullptr);
+}
+
+std::optional<at::Tensor> implicit_gemm_conv2d_fused(const at::Tensor& input, const at::Tensor& weight,
+                                                     const std::optional<at::Tensor>& bias,
+                                                     const Conv2dShape<int64_t>& s,
+                                                     const ConvEpilogue& epilogue) {
+  // The merged groups' kernel has one source, which is the bias.
+  if (s.groups > 1 && epilogue.has_residual()) return std::nullopt;
+  return forward(input, weight, bias, s, &epilogue);
 }
 
 std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad_output,

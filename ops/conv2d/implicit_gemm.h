@@ -46,13 +46,32 @@
 //                slices that fill the device, each written to its own float32
 //                plane (parallel split-K), then summed in a fixed order and
 //                rounded once: bitwise reproducible, no atomics.
+//
+// Fused forward (conv2d_fused): out = activation(conv + bias + residual), the
+// whole epilogue in the kernel's epilogue, in float32 from the accumulators,
+// rounded once (no second pass over the output). It takes what the forward
+// takes, and pointwise layers too (on the fprop kernel, not cuBLAS: their
+// epilogue is the point). The residual (optional; the output's sizes and
+// dtype) is read as NPQK, in place where it is stored channels_last, else
+// copied into that layout first. Per case:
+//   dense        CUTLASS's fprop with a broadcast epilogue: the bias the
+//                per-output-channel vector, the residual the source tensor,
+//                one kernel per dtype and tile for all activations (a runtime
+//                parameter, uniform across the block);
+//   split-K      (the small planes above) the forward's float32 slices, then
+//                the epilogue in the kernel that adds them;
+//   grouped      the merged groups' kernel with bias and activation; a
+//                residual is declined (the caller's ATen epilogue takes it).
+// NCHW grouped data is changed to channels_last and back, as above.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <optional>
 
+#include "ops/common/activation.h"
 #include "ops/common/conv_shapes.h"
+#include "ops/common/epilogue.h"
 
 namespace customconv {
 
@@ -61,6 +80,13 @@ namespace customconv {
 std::optional<at::Tensor> implicit_gemm_conv2d(const at::Tensor& input, const at::Tensor& weight,
                                                const std::optional<at::Tensor>& bias,
                                                const Conv2dShape<int64_t>& s);
+// out = epilogue.activation(conv(input, weight) + bias + epilogue.residual),
+// computed as above; nullopt (nothing launched) where the engine does not take
+// the case (as implicit_gemm_conv2d, plus grouped layers with a residual).
+std::optional<at::Tensor> implicit_gemm_conv2d_fused(const at::Tensor& input, const at::Tensor& weight,
+                                                     const std::optional<at::Tensor>& bias,
+                                                     const Conv2dShape<int64_t>& s,
+                                                     const ConvEpilogue& epilogue);
 std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad_output,
                                                           const at::Tensor& input,
                                                           const at::Tensor& weight,
@@ -95,6 +121,12 @@ struct ConvProblem {
   // fprop only: groups, the weight (K, r, s, C / groups); each group's input
   // and output channels a multiple of kGroupTile (no split-K).
   int groups = 1;
+  // The fused forward's epilogue after the bias: `residual` (NPQK like
+  // `output`, or null) added, then `activation`. fprop_fused_* apply both
+  // (split_k 1; no residual with groups); fprop_* apply them only in their
+  // split-K sum, and decline them (false) otherwise.
+  const void* residual = nullptr;
+  Activation activation = Activation::kIdentity;
 };
 
 // The output channels of a grouped fprop's block, and the depth of its
@@ -108,6 +140,10 @@ constexpr int kWgradTileRows = 128, kWgradTileCols = 128;
 bool fprop_f16(const ConvProblem& problem);
 bool fprop_bf16(const ConvProblem& problem);
 bool fprop_f32(const ConvProblem& problem);  // TF32
+// The fused forward (residual and activation in the kernel's epilogue), split_k 1.
+bool fprop_fused_f16(const ConvProblem& problem);
+bool fprop_fused_bf16(const ConvProblem& problem);
+bool fprop_fused_f32(const ConvProblem& problem);  // TF32
 bool dgrad_f16(const ConvProblem& problem);
 bool dgrad_bf16(const ConvProblem& problem);
 bool dgrad_f32(const ConvProblem& problem);

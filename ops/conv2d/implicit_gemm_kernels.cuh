@@ -36,6 +36,7 @@
 #include <cutlass/epilogue/thread/linear_combination.h>
 #include <cutlass/gemm/threadblock/threadblock_swizzle.h>
 
+#include "ops/common/activation.h"
 #include "ops/common/kernel_fit.h"
 #include "ops/conv2d/implicit_gemm.h"
 
@@ -89,12 +90,14 @@ struct FpropKernel {
 // Grouped fprop (CUTLASS's single-group mode): a block computes 128 output
 // positions x kGroupTile output channels of one group, its reduction steps
 // kGroupTile channels of that group's input, so that no step reads another
-// group's channels; 4 warps of 32 x 32.
-template <typename Element>
+// group's channels; 4 warps of 32 x 32. Epilogue_: the thread-level output
+// functor (the fused forward's adds its activation).
+template <typename Element,
+          typename Epilogue_ = cutlass::epilogue::thread::LinearCombination<Element, kVector<Element>, float, float>>
 struct GroupFpropKernel {
   using Tile = TileConfig<GemmShape<128, kGroupTile, kGroupTile>, GemmShape<32, 32, kGroupTile>,
                           sizeof(Element) == 2 ? 4 : 3>;
-  using Epilogue = cutlass::epilogue::thread::LinearCombination<Element, kVector<Element>, float, float>;
+  using Epilogue = Epilogue_;
   using Kernel = typename cutlass::conv::kernel::DefaultConv2dGroupFprop<
       Element, Layout, Element, Layout, Element, Layout, float, cutlass::arch::OpClassTensorOp,
       cutlass::arch::Sm80, typename Tile::kTile, typename Tile::kWarp,
@@ -184,12 +187,16 @@ bool launch_fprop(const ConvProblem& pr) {
   return launch<Kernel>(args, pr);
 }
 
-// The split-K forward's last step: out[i] = round(sum over s of part[s][i] + bias[i % K]),
-// the slices added in order. Each thread computes 4 consecutive outputs of one
-// position (K is a multiple of 4), a grid-stride loop over the (N*P*Q*K) / 4 groups.
+// The split-K forward's last step:
+//   out[i] = round(activation(sum over s of part[s][i] + bias[i % K] + residual[i])),
+// the slices added in order, every term in float32, rounded once (bias and
+// residual optional: null; the activation uniform over the grid). Each thread
+// computes 4 consecutive outputs of one position (K is a multiple of 4), a
+// grid-stride loop over the (N*P*Q*K) / 4 groups.
 template <typename Element>
 __global__ void sum_slices(const float4* __restrict__ part, const Element* __restrict__ bias,
-                           Element* __restrict__ out, int64_t groups, int64_t k4, int slices) {
+                           const Element* __restrict__ residual, Element* __restrict__ out,
+                           int64_t groups, int64_t k4, int slices, Activation activation) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < groups;
        i += int64_t(gridDim.x) * blockDim.x) {
     float4 acc = part[i];
@@ -199,10 +206,17 @@ __global__ void sum_slices(const float4* __restrict__ part, const Element* __res
     }
     Element* o = out + 4 * i;
     const int64_t k = 4 * (i % k4);
-    const float b[4] = {bias ? float(bias[k]) : 0.f, bias ? float(bias[k + 1]) : 0.f,
-                        bias ? float(bias[k + 2]) : 0.f, bias ? float(bias[k + 3]) : 0.f};
-    o[0] = Element(acc.x + b[0]), o[1] = Element(acc.y + b[1]);
-    o[2] = Element(acc.z + b[2]), o[3] = Element(acc.w + b[3]);
+    float y[4] = {acc.x, acc.y, acc.z, acc.w};
+    if (bias) {
+      for (int j = 0; j < 4; ++j) y[j] += float(bias[k + j]);
+    }
+    if (residual) {
+      for (int j = 0; j < 4; ++j) y[j] += float(residual[4 * i + j]);
+    }
+    if (activation != Activation::kIdentity) {
+      for (int j = 0; j < 4; ++j) y[j] = activate<float>(activation, y[j]);
+    }
+    o[0] = Element(y[0]), o[1] = Element(y[1]), o[2] = Element(y[2]), o[3] = Element(y[3]);
   }
 }
 
@@ -210,10 +224,12 @@ __global__ void sum_slices(const float4* __restrict__ part, const Element* __res
 // output channels (a 128-wide tile would be half empty), 128 x 128 otherwise;
 // with pr.split_k > 1 (small planes, whose 128 x 128 tiles leave
 // multiprocessors idle) the reduction is split into float32 partial sums in
-// pr.workspace, then added by sum_slices.
+// pr.workspace, then added by sum_slices, with the fused forward's residual
+// and activation where given (the single-pass kernels decline those).
 template <typename Element>
 bool fprop(const ConvProblem& pr) {
   using T = Tiles<Element>;
+  if (pr.split_k <= 1 && (pr.residual != nullptr || pr.activation != Activation::kIdentity)) return false;
   if (pr.groups > 1) return launch_fprop<typename GroupFpropKernel<Element>::Kernel>(pr);
   if (pr.k <= 64) return launch_fprop<typename FpropKernel<Element, typename T::Narrow>::Kernel>(pr);
   if (pr.split_k <= 1) return launch_fprop<typename FpropKernel<Element, typename T::Large>::Kernel>(pr);
@@ -223,7 +239,8 @@ bool fprop(const ConvProblem& pr) {
   const int64_t blocks = std::min<int64_t>((groups + threads - 1) / threads, 65535);
   sum_slices<Element><<<blocks, threads, 0, static_cast<cudaStream_t>(pr.stream)>>>(
       static_cast<const float4*>(pr.workspace), static_cast<const Element*>(pr.bias),
-      static_cast<Element*>(pr.output), groups, pr.k / 4, pr.split_k);
+      static_cast<const Element*>(pr.residual), static_cast<Element*>(pr.output), groups, pr.k / 4,
+      pr.split_k, pr.activation);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }

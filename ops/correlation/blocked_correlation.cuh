@@ -108,15 +108,24 @@ __device__ __forceinline__ void load_blocked_row(const T* __restrict__ src, int 
   }
 }
 
-// Writes a thread's R x V sums (plus bias[oc] when there is a bias) to the
-// output plane at dst, rows from y0 and columns from x0: one vector store per
-// row on the vector path, else the columns inside the plane one at a time.
+// Writes a thread's R x V sums (plus bias[oc] when there is a bias, then
+// g.act applied) to the output plane at dst, rows from y0 and columns from
+// x0: one vector store per row on the vector path, else the columns inside
+// the plane one at a time. Every forward kernel of this file, the streamed-
+// tile kernel's, stores through here.
 template <typename T, typename acc_t, int R, int V, bool kQuads>
 __device__ __forceinline__ void store_blocked_outputs(const acc_t (&acc)[R][V],
                                                       const T* __restrict__ bias, int oc,
                                                       T* __restrict__ dst, int y0, int x0,
                                                       const BlockedCorrelation& g) {
   const acc_t b = bias != nullptr ? static_cast<acc_t>(bias[oc]) : acc_t(0);
+  acc_t out[R][V];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) out[i][v] = acc[i][v] + b;
+  }
+  activate_sums(g.act, out);
 #pragma unroll
   for (int i = 0; i < R; ++i) {
     const int y = y0 + i;
@@ -129,13 +138,13 @@ __device__ __forceinline__ void store_blocked_outputs(const acc_t (&acc)[R][V],
         if (L < V && x0 + L * q >= g.ow) break;
         Vec<T, L> o;
 #pragma unroll
-        for (int l = 0; l < L; ++l) o.v[l] = static_cast<T>(acc[i][L * q + l] + b);
+        for (int l = 0; l < L; ++l) o.v[l] = static_cast<T>(out[i][L * q + l]);
         *reinterpret_cast<Vec<T, L>*>(dst + y * g.ow + x0 + L * q) = o;
       }
     } else {
 #pragma unroll
       for (int v = 0; v < V; ++v) {
-        if (x0 + v < g.ow) dst[y * g.ow + x0 + v] = static_cast<T>(acc[i][v] + b);
+        if (x0 + v < g.ow) dst[y * g.ow + x0 + v] = static_cast<T>(out[i][v]);
       }
     }
   }

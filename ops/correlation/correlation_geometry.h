@@ -5,6 +5,8 @@
 
 #include <c10/macros/Macros.h>
 
+#include "ops/common/activation.h"
+
 namespace customconv {
 
 // Output plane `plane` (image n = plane / out_channels, channel oc) sums `fan`
@@ -12,11 +14,70 @@ namespace customconv {
 // (oc * fan + j) / div of image n. Forward: fan 1, div m (the multiplier).
 // Input gradient: fan m, div 1, flip (taps rotated by 180 degrees).
 // Planes of h x w inputs and oh x ow outputs, zero padding ph, pw.
+// act: applied to each output's sum plus bias as the kernels store it (the
+// forward of a fused depthwise layer); identity (the default, and always for
+// gradients and filter2d) skips it with one uniform test per thread.
 struct BlockedCorrelation {
   int planes, out_channels, in_channels, fan, div;
   int h, w, oh, ow, ph, pw;
   bool flip;
+  Activation act = Activation::kIdentity;
 };
+
+// v[i] (or v[i][j]) = activation a of it, in place, for the sums (plus bias)
+// a thread is about to store; nothing for identity. `a` is the same for every
+// thread of a launch: one uniform test on the identity path, then one switch
+// with a straight run of code per activation (not a switch per element).
+// GELU goes through a call per element: its erf, inlined and interleaved over
+// a thread's many sums, raised the register count of whole kernels (the
+// large-kernel kernel from 72-96 to 104-113 registers, fewer blocks per SM on
+// the identity path too); called, the kernels keep their registers.
+template <Activation A, typename Acc, int M>
+CUSTOMCONV_HOST_DEVICE void activate_each(Acc (&v)[M]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) v[i] = activate<Acc>(A, v[i]);
+}
+template <Activation A, typename Acc, int M, int N>
+CUSTOMCONV_HOST_DEVICE void activate_each(Acc (&v)[M][N]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) activate_each<A>(v[i]);
+}
+
+#if defined(__CUDACC__)
+template <typename Acc>
+__device__ __noinline__ Acc gelu_call(Acc x) {
+  return activate<Acc>(Activation::kGelu, x);
+}
+#endif
+template <typename Acc, int M>
+CUSTOMCONV_HOST_DEVICE void gelu_each(Acc (&v)[M]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+#if defined(__CUDA_ARCH__)
+    v[i] = gelu_call(v[i]);
+#else
+    v[i] = activate<Acc>(Activation::kGelu, v[i]);
+#endif
+  }
+}
+template <typename Acc, int M, int N>
+CUSTOMCONV_HOST_DEVICE void gelu_each(Acc (&v)[M][N]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) gelu_each(v[i]);
+}
+
+template <typename Array>
+CUSTOMCONV_HOST_DEVICE void activate_sums(Activation a, Array& v) {
+  switch (a) {
+    case Activation::kIdentity: return;
+    case Activation::kRelu: return activate_each<Activation::kRelu>(v);
+    case Activation::kRelu6: return activate_each<Activation::kRelu6>(v);
+    case Activation::kSilu: return activate_each<Activation::kSilu>(v);
+    case Activation::kHardswish: return activate_each<Activation::kHardswish>(v);
+    case Activation::kGelu: return gelu_each(v);
+    case Activation::kSigmoid: return activate_each<Activation::kSigmoid>(v);
+  }
+}
 
 // Tap (a, b) of the K x K weight plane at w, rotated by 180 degrees when flip
 // (the input gradient's taps).

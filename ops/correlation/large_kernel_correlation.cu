@@ -239,10 +239,13 @@ __global__ void __launch_bounds__(kThreads, 4)
     const int64_t p = base + wzi;
     if (p < g.out_planes && x < g.out_w) {
       const acc_t b = bias ? static_cast<acc_t>(bias[p % g.bias_mod]) : acc_t(0);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r] += b;
+      activate_sums(g.act, acc);  // the epilogue (identity: skipped)
       T* dst = out + p * int64_t(g.out_h) * g.out_w + x;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        if (y0 + r < g.out_h) dst[int64_t(y0 + r) * g.out_w] = static_cast<T>(acc[r] + b);
+        if (y0 + r < g.out_h) dst[int64_t(y0 + r) * g.out_w] = static_cast<T>(acc[r]);
       }
     }
   }

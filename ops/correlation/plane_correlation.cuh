@@ -7,6 +7,8 @@
 // where in_r is input plane  p*in_mul/in_div + r*in_fan_stride (read through a
 // Loader that supplies the border), and taps_r is weight plane
 // (p*w_mul) % w_mod + r*w_fan_stride, rotated by 180 degrees when `flip` is set.
+// The kernels store act(out[p](y, x) + bias[p % bias_mod]): `act` is identity
+// (the default) except for the forward of a fused depthwise layer.
 #pragma once
 
 #include <ATen/OpMathType.h>
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ops/correlation/correlation_geometry.h"
 #include "ops/correlation/large_kernel_correlation.h"
 
 namespace customconv {
@@ -30,6 +33,7 @@ struct PlaneCorrelation {
   int in_h, in_w, out_h, out_w;
   int kh, kw, sh, sw, ph, pw, dh, dw;
   bool flip;
+  Activation act = Activation::kIdentity;  // applied to sum + bias as it is stored
 };
 
 // A Loader maps the coordinates of the tile being staged to plane indices:
@@ -384,6 +388,11 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t p = base + thread_z;
     if (p < g.out_planes) {
       const acc_t b = bias ? static_cast<acc_t>(bias[p % g.bias_mod]) : acc_t(0);
+#pragma unroll
+      for (int rr = 0; rr < kRows; ++rr)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[rr][r] += b;
+      activate_sums(g.act, acc);
       T* op = out + p * int64_t(g.out_h) * g.out_w;
       // Rows start 4-aligned when the width is a multiple of 4 (out is
       // allocated aligned), so 4 outputs go out as one store.
@@ -397,12 +406,12 @@ __global__ void __launch_bounds__(kThreads)
         if (vector_store && x + 4 <= g.out_w) {
           Pack4<T> v;
 #pragma unroll
-          for (int r = 0; r < 4; ++r) v.v[r] = static_cast<T>(acc[rr][r] + b);
+          for (int r = 0; r < 4; ++r) v.v[r] = static_cast<T>(acc[rr][r]);
           *reinterpret_cast<Pack4<T>*>(dst) = v;
         } else {
 #pragma unroll
           for (int r = 0; r < 4; ++r)
-            if (x + r < g.out_w) dst[r] = static_cast<T>(acc[rr][r] + b);
+            if (x + r < g.out_w) dst[r] = static_cast<T>(acc[rr][r]);
         }
       }
     }

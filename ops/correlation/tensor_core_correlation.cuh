@@ -235,7 +235,8 @@ __device__ __forceinline__ void correlate_pieces(float (&acc)[2 * kGroups + 1][4
 // rows l / 4 and l / 4 + 8, columns 2 (l % 4) and + 1 of each column tile;
 // the warp writes them to its own 16 rows of the (consumed) input buffer and
 // reads them back as 16-byte pieces of the output rows (realigned by 8 - P
-// columns) for whole-line stores.
+// columns) for whole-line stores. The sums start at the bias; g.act is
+// applied to them in float32 before they are rounded to T for the staging.
 template <typename T, int K, int kWarps, int kGroups, int kMinBlocks>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     tensor_core_correlation_kernel(const T* __restrict__ in, const T* __restrict__ weight,
@@ -298,6 +299,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     __syncthreads();  // every warp is done reading the buffer
 
     if (active) {
+      activate_sums(g.act, acc);  // the epilogue: after the bias, before rounding to T
       // This warp's staging rows: column s holds output column x0 - 8 + P + s.
       uint16_t* stage = reinterpret_cast<uint16_t*>(tensor_core_shared) +
                         (k & 1) * (kBufferBytes / 2) + 16 * warp * kTensorCorePitch<kGroups>;

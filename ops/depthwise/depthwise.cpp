@@ -24,20 +24,20 @@ bool channels_last_route(Kernel kernel, const at::Tensor& input, const Conv2dSha
 at::Tensor depthwise_conv2d_impl(const DepthwiseKernels& kernels, const at::Tensor& input,
                                  const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                                  c10::IntArrayRef stride, c10::IntArrayRef padding,
-                                 c10::IntArrayRef dilation) {
+                                 c10::IntArrayRef dilation, Activation activation) {
   const auto s = check_depthwise_conv2d<int64_t>("depthwise_conv2d", input, weight, bias, stride,
                                                  padding, dilation);
   const at::MemoryFormat format = conv2d_output_format(input, weight);
   if (channels_last_route(kernels.channels_last.forward, input, s, format)) {
     at::Tensor out = empty_channels_last(input, s.in.n, s.k, s.oh, s.ow);
     const at::Tensor b = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();
-    if (kernels.channels_last.forward(input, weight, b, out, s.win)) return out;
+    if (kernels.channels_last.forward(input, weight, b, out, s.win, activation)) return out;
   }
   at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow}, input.options());
   if (out.numel() > 0) {
     const at::Tensor b = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();
     kernels.forward(as_batch(input, s.in.batched), weight.contiguous(), b, out, s.win,
-                    s.k / s.in.c);
+                    s.k / s.in.c, activation);
   }
   // F.conv2d's memory format (conv2d_output_format): the kernels write NCHW.
   return unbatch(out, s.in.batched).contiguous(format);

@@ -1,6 +1,14 @@
 // depthwise_conv2d (== F.conv2d with groups = C, weight (C*m, 1, kh, kw)) as
 // direct kernels, and its backward pieces; device-generic: the device's
 // kernels come in as a DepthwiseKernels table.
+//
+// The forward kernels take an activation (ops/common/activation.h) that they
+// apply to conv + bias of every output element in their store (the fused
+// op's depthwise layers: conv + folded BatchNorm + ReLU6 / SiLU, one pass over
+// the output), computed in the accumulator type (float32 for 16-bit data)
+// before the one rounding to the output's dtype. Identity: the plain
+// convolution. The backward kernels know nothing of it (the caller applies
+// the activation's gradient first).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -8,6 +16,7 @@
 #include <optional>
 #include <tuple>
 
+#include "ops/common/activation.h"
 #include "ops/common/window.h"
 
 namespace customconv {
@@ -16,10 +25,12 @@ namespace customconv {
 // grad_input batched and stored channels_last; weight (C, 1, kh, kw), bias
 // (C,), grad_weight (C, 1, kh, kw) contiguous), channel multiplier 1. Each
 // returns false, writing nothing, when it does not take the call (such as
-// its dtype); null: the device has none.
+// its dtype); null: the device has none. forward applies `activation` to
+// conv + bias in its store.
 struct DepthwiseChannelsLastKernels {
   bool (*forward)(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                  const at::Tensor& output, const Window2d& win) = nullptr;
+                  const at::Tensor& output, const Window2d& win,
+                  Activation activation) = nullptr;
   bool (*grad_input)(const at::Tensor& grad_output, const at::Tensor& weight,
                      const at::Tensor& grad_input, const Window2d& win) = nullptr;
   // A reduction in a fixed order, whatever the thread count; with grad_bias
@@ -33,9 +44,10 @@ struct DepthwiseChannelsLastKernels {
 // output / grad_output (N, C*m, oh, ow); `mult` is m. Each writes every element
 // of its output.
 struct DepthwiseKernels {
-  // bias may be undefined.
+  // bias may be undefined; `activation` is applied to conv + bias in the store.
   void (*forward)(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                  const at::Tensor& output, const Window2d& win, int64_t mult);
+                  const at::Tensor& output, const Window2d& win, int64_t mult,
+                  Activation activation);
   void (*grad_input)(const at::Tensor& grad_output, const at::Tensor& weight,
                      const at::Tensor& grad_input, const Window2d& win, int64_t mult);
   // A reduction over batch and space, in a fixed order (deterministic).
@@ -58,10 +70,13 @@ DepthwiseChannelsLastKernels cpu_depthwise_channels_last_kernels();
 DepthwiseKernels cuda_depthwise_kernels();
 #endif
 
+// activation(depthwise_conv2d(...)), the activation applied by the kernels
+// as they store (no second pass over the output).
 at::Tensor depthwise_conv2d_impl(const DepthwiseKernels& kernels, const at::Tensor& input,
                                  const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                                  c10::IntArrayRef stride, c10::IntArrayRef padding,
-                                 c10::IntArrayRef dilation);
+                                 c10::IntArrayRef dilation,
+                                 Activation activation = Activation::kIdentity);
 
 at::Tensor depthwise_conv2d_grad_input_impl(const DepthwiseKernels& kernels,
                                             const at::Tensor& grad_output, const at::Tensor& input,

@@ -5,7 +5,8 @@
 // The output rows (forward) or input rows (input gradient) are spread over
 // ATen's threads; the weight gradient's reduction is split into a fixed
 // number of chunks of rows, summed in order (the result does not depend on
-// the thread count).
+// the thread count). The forward applies the fused op's activation to each
+// block of positions as soon as it is stored (activation_cpu.h).
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "ops/common/cpu_simd.h"
 #include "ops/common/launch.h"
 #include "ops/common/parallel_cpu.h"
+#include "ops/depthwise/activation_cpu.h"
 #include "ops/depthwise/depthwise.h"
 
 namespace customconv {
@@ -111,12 +113,23 @@ Inside inside(int64_t offset, int64_t stride, int64_t taps, int64_t dilation, in
   return {std::min(lo, out), std::max(std::min(lo, out), hi)};
 }
 
+// The epilogue of positions [x0, x1) of an output row, channels [0, c16),
+// just stored: `act` in place (identity: nothing).
+__attribute__((always_inline)) inline void activate_positions(Activation act, float* orow,
+                                                              const Dims& d, int64_t c16,
+                                                              int64_t x0, int64_t x1) {
+  if (act == Activation::kIdentity || c16 == 0) return;
+  if (c16 == d.c) return activate_floats(act, orow + x0 * d.c, (x1 - x0) * d.c);
+  for (int64_t x = x0; x < x1; ++x) activate_floats(act, orow + x * d.c, c16);
+}
+
 // Output rows [r0, r1) (r = n * oh + y): blocks of kBlock positions x 16
 // channels where every tap lies inside the row, single positions with column
 // checks elsewhere, then the channels past the last multiple of 16 one at a
-// time.
+// time. Each block of positions gets `act` once all its channels are stored.
 CUSTOMCONV_CPU_CLONES void forward_rows(const float* in, const float* taps, const float* bias,
-                                        float* out, Dims d, Window2d k, int64_t r0, int64_t r1) {
+                                        float* out, Dims d, Window2d k, int64_t r0, int64_t r1,
+                                        Activation act) {
   const int64_t c16 = d.c / 16 * 16;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t y = r % d.oh;
@@ -126,14 +139,17 @@ CUSTOMCONV_CPU_CLONES void forward_rows(const float* in, const float* taps, cons
     int64_t x = 0;
     for (; x < in_row.lo; ++x) {
       for (int64_t c = 0; c < c16; c += 16) forward_block<1>(img, taps, bias, orow, d, k, y, x, c);
+      activate_positions(act, orow, d, c16, x, x + 1);
     }
     for (; x + kBlock <= in_row.hi; x += kBlock) {
       for (int64_t c = 0; c < c16; c += 16) {
         forward_block_inside<kBlock>(img, taps, bias, orow, d, k, y, x, c);
       }
+      activate_positions(act, orow, d, c16, x, x + kBlock);
     }
     for (; x < d.ow; ++x) {
       for (int64_t c = 0; c < c16; c += 16) forward_block<1>(img, taps, bias, orow, d, k, y, x, c);
+      activate_positions(act, orow, d, c16, x, x + 1);
     }
     for (x = 0; x < d.ow && c16 < d.c; ++x) {
       for (int64_t c = c16; c < d.c; ++c) {
@@ -146,7 +162,7 @@ CUSTOMCONV_CPU_CLONES void forward_rows(const float* in, const float* taps, cons
             if (ix >= 0 && ix < d.w) acc += img[(iy * d.w + ix) * d.c + c] * taps[(i * k.kw + j) * d.c + c];
           }
         }
-        orow[x * d.c + c] = acc;
+        orow[x * d.c + c] = act == Activation::kIdentity ? acc : activate<float>(act, acc);
       }
     }
   }
@@ -297,7 +313,7 @@ bool takes(const at::Tensor& t) {
 }
 
 bool forward_cl_cpu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                    const at::Tensor& output, const Window2d& win) {
+                    const at::Tensor& output, const Window2d& win, Activation act) {
   if (!takes(input) || !takes(output)) return false;
   const Dims d = dims(input, output.size(2), output.size(3));
   const at::Tensor taps = taps_by_channel(weight);
@@ -307,7 +323,7 @@ bool forward_cl_cpu(const at::Tensor& input, const at::Tensor& weight, const at:
   const float* bp = b.defined() ? b.const_data_ptr<float>() : nullptr;
   float* out = output.mutable_data_ptr<float>();
   parallel_range(d.n * d.oh, grain_for(win.kh * win.kw * d.ow * d.c), [&](int64_t r0, int64_t r1) {
-    forward_rows(in, tp, bp, out, d, win, r0, r1);
+    forward_rows(in, tp, bp, out, d, win, r0, r1, act);
   });
   return true;
 }

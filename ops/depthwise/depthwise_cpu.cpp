@@ -11,9 +11,32 @@
 #include "ops/common/cpu_simd.h"
 #include "ops/common/launch.h"
 #include "ops/common/parallel_cpu.h"
+#include "ops/depthwise/activation_cpu.h"
 #include "ops/depthwise/depthwise.h"
 
 namespace customconv {
+namespace {
+
+template <Activation A>
+__attribute__((always_inline)) inline void activate_loop(float* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) p[i] = activate<float>(A, p[i]);
+}
+
+}  // namespace
+
+CUSTOMCONV_CPU_CLONES
+void activate_floats(Activation a, float* p, int64_t n) {
+  switch (a) {
+    case Activation::kIdentity: return;
+    case Activation::kRelu: return activate_loop<Activation::kRelu>(p, n);
+    case Activation::kRelu6: return activate_loop<Activation::kRelu6>(p, n);
+    case Activation::kSilu: return activate_loop<Activation::kSilu>(p, n);
+    case Activation::kHardswish: return activate_loop<Activation::kHardswish>(p, n);
+    case Activation::kGelu: return activate_loop<Activation::kGelu>(p, n);
+    case Activation::kSigmoid: return activate_loop<Activation::kSigmoid>(p, n);
+  }
+}
+
 namespace {
 
 // Geometry of one call in plain integers.
@@ -465,12 +488,15 @@ __attribute__((always_inline)) inline void fwd_block(const float* P, const FwdLa
 // of whole planes; within a plane, blocks of rows x vectors as above. An input
 // plane is copied once for all its consecutive output planes (channel
 // multiplier > 1).
+// Each block's rows get `act` right after the block is stored (identity: no
+// call).
 template <class V, int kAcc>
 __attribute__((always_inline)) inline void forward_range_f32(const float* in, const float* wt,
                                                              const float* bias, float* out,
                                                              const Dims& d, const Window2d& k,
                                                              const int64_t* offs, float* P,
-                                                             int64_t p0, int64_t p1) {
+                                                             int64_t p0, int64_t p1,
+                                                             Activation act) {
   const FwdLayout L = fwd_layout(kLanes<V>, kAcc, k, d.h, d.w, d.oh, d.ow);
   const float* copied = nullptr;
   for (int64_t p = p0; p < p1; ++p) {
@@ -499,6 +525,12 @@ __attribute__((always_inline)) inline void forward_range_f32(const float* in, co
 #undef CUSTOMCONV_FWD_BLOCKS
 #undef CUSTOMCONV_FWD_BLOCK
         }
+        if (act != Activation::kIdentity) {
+          // The block's outputs only (a block's whole-vector stores may run
+          // into the rows after it, which their own blocks store later).
+          const int64_t cols = std::min(nv * L.lanes, d.ow - x);
+          for (int64_t r = 0; r < nr; ++r) activate_floats(act, dst + (y + r) * d.ow + x, cols);
+        }
       }
     }
   }
@@ -506,7 +538,8 @@ __attribute__((always_inline)) inline void forward_range_f32(const float* in, co
 
 // One build of forward_range_f32 per instruction set, picked at run time.
 using ForwardRangeF32 = void (*)(const float*, const float*, const float*, float*, const Dims&,
-                                 const Window2d&, const int64_t*, float*, int64_t, int64_t);
+                                 const Window2d&, const int64_t*, float*, int64_t, int64_t,
+                                 Activation);
 struct ForwardF32Isa {
   ForwardRangeF32 run;
   int64_t lanes, acc;
@@ -514,19 +547,19 @@ struct ForwardF32Isa {
 
 void forward_range_f32_base(const float* in, const float* wt, const float* bias, float* out,
                             const Dims& d, const Window2d& k, const int64_t* offs, float* P,
-                            int64_t p0, int64_t p1) {
-  forward_range_f32<Float8, 6>(in, wt, bias, out, d, k, offs, P, p0, p1);
+                            int64_t p0, int64_t p1, Activation act) {
+  forward_range_f32<Float8, 6>(in, wt, bias, out, d, k, offs, P, p0, p1, act);
 }
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target("arch=x86-64-v3"))) void forward_range_f32_v3(
     const float* in, const float* wt, const float* bias, float* out, const Dims& d,
-    const Window2d& k, const int64_t* offs, float* P, int64_t p0, int64_t p1) {
-  forward_range_f32<Float8, 10>(in, wt, bias, out, d, k, offs, P, p0, p1);
+    const Window2d& k, const int64_t* offs, float* P, int64_t p0, int64_t p1, Activation act) {
+  forward_range_f32<Float8, 10>(in, wt, bias, out, d, k, offs, P, p0, p1, act);
 }
 __attribute__((target("arch=x86-64-v4"))) void forward_range_f32_v4(
     const float* in, const float* wt, const float* bias, float* out, const Dims& d,
-    const Window2d& k, const int64_t* offs, float* P, int64_t p0, int64_t p1) {
-  forward_range_f32<Float16, 12>(in, wt, bias, out, d, k, offs, P, p0, p1);
+    const Window2d& k, const int64_t* offs, float* P, int64_t p0, int64_t p1, Activation act) {
+  forward_range_f32<Float16, 12>(in, wt, bias, out, d, k, offs, P, p0, p1, act);
 }
 #endif
 
@@ -550,26 +583,29 @@ ForwardF32Isa forward_f32_isa() {
 }
 
 void forward_f32(const float* in, const float* wt, const float* bias, float* out, const Dims& d,
-                 const Window2d& k) {
+                 const Window2d& k, Activation act) {
   const ForwardF32Isa isa = forward_f32_isa();
   const FwdLayout L = fwd_layout(isa.lanes, isa.acc, k, d.h, d.w, d.oh, d.ow);
   std::vector<int64_t> offs(static_cast<size_t>(k.kw));
   for (int64_t j = 0; j < k.kw; ++j) offs[j] = (j * k.dw) % k.sw * L.u_pitch + j * k.dw / k.sw;
   parallel_range(d.n * d.k(), grain_for(k.kh * k.kw * d.oh * d.ow), [&](int64_t b, int64_t e) {
     std::vector<float> scratch(static_cast<size_t>(L.rows * L.pitch + L.lanes), 0.f);
-    isa.run(in, wt, bias, out, d, k, offs.data(), scratch.data(), b, e);
+    isa.run(in, wt, bias, out, d, k, offs.data(), scratch.data(), b, e, act);
   });
 }
 
 // Work split: one task per output plane (image, output channel); each output
 // row is accumulated in opmath precision tap by tap, the inner loop running
-// along the row (unit stride in the output, vectorizable).
+// along the row (unit stride in the output, vectorizable), and stored as
+// act(sum + bias), rounded once.
 template <typename T>
 void forward_planes(const T* in, const T* wt, const T* bias, T* out, const Dims& d,
-                    const Window2d& k) {
+                    const Window2d& k, Activation act) {
   using acc_t = at::opmath_type<T>;
   if constexpr (std::is_same_v<T, float>) {
-    if (padded_copy_fits(k, d.oh, d.ow, d.h * d.w)) return forward_f32(in, wt, bias, out, d, k);
+    if (padded_copy_fits(k, d.oh, d.ow, d.h * d.w)) {
+      return forward_f32(in, wt, bias, out, d, k, act);
+    }
   }
   parallel_range(d.n * d.k(), grain_for(k.kh * k.kw * d.oh * d.ow), [&](int64_t b, int64_t e) {
     std::vector<acc_t> acc(static_cast<size_t>(d.ow));
@@ -599,7 +635,11 @@ void forward_planes(const T* in, const T* wt, const T* bias, T* out, const Dims&
           }
         }
         T* dst = out + (p * d.oh + y) * d.ow;
-        for (int64_t x = 0; x < d.ow; ++x) dst[x] = static_cast<T>(acc[x]);
+        if (act == Activation::kIdentity) {
+          for (int64_t x = 0; x < d.ow; ++x) dst[x] = static_cast<T>(acc[x]);
+        } else {
+          for (int64_t x = 0; x < d.ow; ++x) dst[x] = static_cast<T>(activate<acc_t>(act, acc[x]));
+        }
       }
     }
   });
@@ -735,13 +775,14 @@ Dims dims_of(const at::Tensor& input, const at::Tensor& out_like, int64_t mult) 
 }
 
 void forward_cpu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                 const at::Tensor& output, const Window2d& win, int64_t mult) {
+                 const at::Tensor& output, const Window2d& win, int64_t mult, Activation act) {
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cpu", [&] {
         forward_planes<scalar_t>(input.const_data_ptr<scalar_t>(),
                                  weight.const_data_ptr<scalar_t>(),
                                  bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr,
-                                 output.data_ptr<scalar_t>(), dims_of(input, output, mult), win);
+                                 output.data_ptr<scalar_t>(), dims_of(input, output, mult), win,
+                                 act);
       });
 }
 

@@ -28,11 +28,12 @@ struct Dims {
 // or index range exceeded).
 
 // One thread per output element (image, output channel, y, x), neighbouring
-// threads along x; each sums its kh*kw taps in opmath precision.
+// threads along x; each sums its kh*kw taps in opmath precision and stores
+// act(sum + bias).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const T* __restrict__ in, const T* __restrict__ wt, const T* __restrict__ bias,
-                   T* __restrict__ out, int64_t total, Dims d, Window2d k) {
+                   T* __restrict__ out, int64_t total, Dims d, Window2d k, Activation act) {
   using acc_t = at::opmath_type<T>;
   const int64_t kc = d.c * d.mult;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
@@ -54,6 +55,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
+    if (act != Activation::kIdentity) acc = activate<acc_t>(act, acc);
     out[idx] = static_cast<T>(acc);
   }
 }
@@ -154,13 +156,16 @@ bool blocked_window(const Dims& d, const Window2d& k, const at::Tensor& data) {
          d.h < (1 << 30) && d.w < (1 << 30) && d.oh < (1 << 30) && d.ow < (1 << 30);
 }
 
+// The forward kernels (tensor-core, streamed-tile, staged-tile, shared-taps,
+// register-blocked, then large-kernel and tiled, then forward_kernel) all
+// apply `act` to sum + bias as they store.
 bool forward_blocked(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                     const at::Tensor& output, const Dims& d, const Window2d& k,
+                     const at::Tensor& output, const Dims& d, const Window2d& k, Activation act,
                      cudaStream_t stream) {
   if (!blocked_window(d, k, input)) return false;
   const BlockedCorrelation g{int(d.n * d.c * d.mult), int(d.c * d.mult), int(d.c), 1, int(d.mult),
                              int(d.h), int(d.w), int(d.oh), int(d.ow), int(k.ph), int(k.pw),
-                             false};
+                             false, act};
   bool done = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cuda", [&] {
@@ -215,14 +220,14 @@ bool grad_input_blocked(const at::Tensor& grad_output, const at::Tensor& weight,
 
 // out (N, C*m) planes = correlation of input plane oc / m with taps oc.
 bool forward_tiled(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                   const at::Tensor& output, const Dims& d, const Window2d& k,
+                   const at::Tensor& output, const Dims& d, const Window2d& k, Activation act,
                    cudaStream_t stream) {
   int v[12];
   if (!engine_geometry(d, k, v)) return false;
   const int64_t kc = d.c * d.mult;
   const PlaneCorrelation g{d.n * kc, 1,    1,    d.mult, 0,     1,    kc,   0,
                            kc,       v[0], v[1], v[2],   v[3],  v[4], v[5], v[6],
-                           v[7],     v[8], v[9], v[10],  v[11], false};
+                           v[7],     v[8], v[9], v[10],  v[11], false, act};
   bool done = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cuda", [&] {
@@ -357,20 +362,20 @@ bool grad_weight_tiled(const at::Tensor& grad_output, const at::Tensor& input,
 }
 
 void forward_cuda(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                  const at::Tensor& output, const Window2d& win, int64_t mult) {
+                  const at::Tensor& output, const Window2d& win, int64_t mult, Activation act) {
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t total = output.numel();
   if (total == 0) return;
   auto stream = at::cuda::getCurrentCUDAStream();
   const Dims d = dims_of(input, output, mult);
-  if (forward_blocked(input, weight, bias, output, d, win, stream)) return;
-  if (forward_tiled(input, weight, bias, output, d, win, stream)) return;
+  if (forward_blocked(input, weight, bias, output, d, win, act, stream)) return;
+  if (forward_tiled(input, weight, bias, output, d, win, act, stream)) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_cuda", [&] {
         forward_kernel<scalar_t><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
             input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
             bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, output.data_ptr<scalar_t>(),
-            total, d, win);
+            total, d, win, act);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
 }

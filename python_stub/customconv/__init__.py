@@ -16,11 +16,13 @@ from .convert import convert  # noqa: E402
 from .functional import (  # noqa: E402
     col2im,
     conv2d,
+    conv2d_fused,
     depthwise_conv2d,
     filter2d,
     im2col,
     trilinear_interpolation,
 )
+from .fuse import FuseReport, fuse, fuse_report  # noqa: E402
 
 #: The library's version: the CMake project's, as customconv::version() and the
 #: CMake package (find_package(customconv)) report it.
@@ -29,6 +31,7 @@ __version__ = library_version(LIBRARY_PATH)
 #: Every op of the library, forward and backward.
 OPS = (
     "conv2d",
+    "conv2d_fused",
     "depthwise_conv2d",
     "filter2d",
     "trilinear_interpolation",
@@ -60,4 +63,4 @@ def _check_fake_kernels():
 
 _check_fake_kernels()
 
-__all__ = ["convert", "conv2d", "depthwise_conv2d", "filter2d", "trilinear_interpolation", "im2col", "col2im", "functional", "nn", "OPS", "LIBRARY_PATH", "__version__"]
+__all__ = ["convert", "fuse", "fuse_report", "FuseReport", "conv2d", "conv2d_fused", "depthwise_conv2d", "filter2d", "trilinear_interpolation", "im2col", "col2im", "functional", "nn", "OPS", "LIBRARY_PATH", "__version__"]

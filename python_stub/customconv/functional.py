@@ -68,6 +68,34 @@ def depthwise_conv2d(
     )
 
 
+#: The activations conv2d_fused applies (as torch.nn's modules of those names
+#: compute them; "gelu" is the exact, erf form: torch.nn.GELU()'s default).
+ACTIVATIONS = ("identity", "relu", "relu6", "silu", "hardswish", "gelu", "sigmoid")
+
+
+def conv2d_fused(
+    input: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor] = None,
+    stride: IntPair = 1,
+    padding: Union[IntPair, str] = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+    activation: str = "identity",
+    residual: Optional[Tensor] = None,
+) -> Tensor:
+    """activation(F.conv2d(input, weight, bias, stride, padding, dilation, groups) + residual)
+    in one op (customconv::conv2d_fused). activation is one of ACTIVATIONS;
+    residual, when given, has the convolution output's exact shape, dtype and
+    device and is added before the activation (ResNet's order). padding may be
+    "valid" or "same", as in F.conv2d."""
+    input, padding = _resolve_padding(input, weight, stride, padding, dilation)
+    return torch.ops.customconv.conv2d_fused(
+        input, weight, bias, _pair(stride), _pair(padding), _pair(dilation), groups, activation,
+        residual,
+    )
+
+
 def filter2d(input: Tensor, kernel: Tensor, border: str = "zeros") -> Tensor:
     """Correlates every (H, W) plane of input (..., H, W) with one odd-sized
     (kh, kw) kernel; border "zeros", "reflect", "replicate" or "circular" extends

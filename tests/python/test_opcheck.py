@@ -35,6 +35,15 @@ SAMPLES = {
     "conv2d-channels_last": ("conv2d", lambda t: (
         (t((2, 4, 5, 6), "channels_last"), t((4, 1, 3, 3)), None, [1, 1], [1, 1], [1, 1], 4), {})),
     "conv2d-batch0": ("conv2d", lambda t: ((t((0, 2, 5, 5)), t((3, 2, 2, 2)), t((3,))), {})),
+    "conv2d_fused-residual-silu": ("conv2d_fused", lambda t: (
+        (t((2, 4, 7, 6)), t((6, 2, 3, 2)), t((6,)), [2, 1], [1, 2], [1, 2], 2, "silu",
+         t((2, 6, 4, 8))), {})),
+    "conv2d_fused-defaults": ("conv2d_fused", lambda t: ((t((2, 3, 5, 5)), t((4, 3, 2, 2))), {})),
+    "conv2d_fused-channels_last-relu6": ("conv2d_fused", lambda t: (
+        (t((2, 4, 5, 6), "channels_last"), t((4, 1, 3, 3))),
+        dict(padding=[1, 1], groups=4, activation="relu6"))),
+    "conv2d_fused-unbatched-gelu": ("conv2d_fused", lambda t: (
+        (t((3, 6, 5)), t((2, 3, 2, 3)), t((2,))), dict(activation="gelu", residual=t((2, 5, 3))))),
     "im2col": ("im2col", lambda t: ((t((2, 3, 7, 6)), [3, 2], [2, 1], [1, 0], [1, 2]), {})),
     "im2col-defaults": ("im2col", lambda t: ((t((2, 3, 5, 5)), [2]), {})),
     "im2col-unbatched-transposed": ("im2col", lambda t: (
@@ -144,7 +153,7 @@ BACKWARD_OPS = {"conv2d_grad_input", "conv2d_grad_weight", "conv2d_grad_bias",
 
 def test_every_op_has_an_opcheck_sample():
     names = {op for op, _ in SAMPLES.values()}
-    expected = {"conv2d", "im2col", "col2im", "depthwise_conv2d", "filter2d",
+    expected = {"conv2d", "conv2d_fused", "im2col", "col2im", "depthwise_conv2d", "filter2d",
                 "trilinear_interpolation"} | BACKWARD_OPS
     assert expected == set(customconv.OPS)
     assert expected <= names
@@ -172,7 +181,8 @@ def test_every_op_passes_opcheck(device, sample, requires_grad, gen):
     assert all(v == "SUCCESS" for v in result.values()), result
 
 
-@pytest.mark.parametrize("sample", ["conv2d-grouped-strided", "im2col", "col2im",
+@pytest.mark.parametrize("sample", ["conv2d-grouped-strided", "conv2d_fused-residual-silu",
+                                    "im2col", "col2im",
                                     "conv2d_grad_input", "conv2d_grad_weight", "conv2d_grad_bias",
                                     "depthwise_conv2d-strided-dilated",
                                     "depthwise_conv2d_grad_input", "depthwise_conv2d_grad_weight",
