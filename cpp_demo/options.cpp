@@ -47,7 +47,7 @@ const char* const kDetails =
     "  --expected OUT.pt  its outputs: torch.save(tensor) or torch.save((t0, t1, ...));\n"
     "                     without it, every run is compared with the warm-up run\n"
     "  --device D         cpu (default), cuda or cuda:N\n"
-    "  --iters N          requests in total, after one warm-up request (default 20)\n"
+    "  --iters N          requests in total, after 3 warm-up requests (default 20)\n"
     "  --threads T        threads serving requests concurrently (default 1)\n"
     "  --rtol R, --atol A tolerances (default 1e-4 on cpu, 1e-3 on cuda)\n"
     "\n"

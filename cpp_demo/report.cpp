@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "compare.h"
+#include "serving.h"
 #include "text.h"
 
 namespace customconv_demo {
@@ -61,7 +62,7 @@ void print_summary(const Summary& summary, const Options& options, int64_t threa
                    size_t outputs) {
   std::ostringstream requests;
   requests << summary.latencies_ms.size() << " of " << options.iters << " on "
-           << count_of(threads, "thread") << ", after 1 untimed warm-up request";
+           << count_of(threads, "thread") << ", after " << kWarmUpRequests << " untimed warm-up requests";
   print_row("requests", requests.str());
 
   std::ostringstream checked;

@@ -49,8 +49,12 @@ struct ServingResult {
 // Serves all requests on `threads` threads at once.
 ServingResult serve_concurrently(Server& server, int64_t threads);
 
-// The untimed first request, on this thread: its output is the reference when
-// there is no expected file, and it is checked like the others when there is.
+// The untimed warm-up requests, on this thread (TorchScript's profiling
+// executor optimizes a graph after its first runs, so the timed requests see
+// the optimized graph). The first one's output is returned: it is the
+// reference when there is no expected file, and it is checked like the others
+// when there is.
+constexpr int kWarmUpRequests = 3;
 torch::IValue warm_up(Model& model, const std::vector<torch::IValue>& inputs, torch::Device device);
 
 // The outputs every request is compared with: the expected file's, or else the

@@ -122,7 +122,8 @@ class FuseReport:
         return "\n".join(lines)
 
 
-def fuse(model: torch.nn.Module, *, inplace: bool = False) -> torch.nn.Module:
+def fuse(model: torch.nn.Module, *, inplace: bool = False,
+         memory_format="auto") -> torch.nn.Module:
     """An inference copy of the eval-mode `model` whose convolutions are
     customconv.nn.FusedConv2d modules doing, in one customconv::conv2d_fused
     call, what the layers after them did:
@@ -156,6 +157,16 @@ def fuse(model: torch.nn.Module, *, inplace: bool = False) -> torch.nn.Module:
     instead: in every torch.nn.Sequential, a convolution followed by a
     BatchNorm2d and/or an activation module becomes one FusedConv2d (the others
     torch.nn.Identity), and the patched model is returned.
+
+    memory_format: the layout of the convolutions' weights in the result, which
+    (F.conv2d's rule) sets the layout of their outputs: "auto" (the default)
+    makes them channels_last where the model's convolutions are on a CUDA
+    device and none is depthwise (groups == in_channels), since the GPU's
+    implicit-GEMM kernels, which apply the epilogue in the kernel, read
+    channels_last data, while the depthwise kernels read NCHW; the model's
+    outputs keep their values, and an NCHW input is taken as it is (the first
+    convolution's output is channels_last). torch.channels_last or
+    torch.contiguous_format forces one layout; None keeps the weights as they are.
 
     With inplace=True the model is not copied first: the result shares its
     modules and parameters, and where torch.fx cannot trace the model, the
@@ -199,6 +210,7 @@ def fuse(model: torch.nn.Module, *, inplace: bool = False) -> torch.nn.Module:
         result = _fuse_module_patterns(model, report)
     else:
         result = _fuse_graph(traced, report, conv_names)
+    _set_weight_layout(result, memory_format)
     result.eval()
     result.fuse_summary = str(report)
     result._customconv_fuse_report = report
@@ -565,3 +577,26 @@ def _qualname(root: torch.nn.Module, module: torch.nn.Module) -> str:
         if m is module:
             return name + "." if name else ""
     return ""
+
+
+def _set_weight_layout(model: torch.nn.Module, memory_format) -> None:
+    """Puts the 4-D weights of customconv's convolution modules in memory_format
+    (see fuse)."""
+    convs = [m for m in model.modules() if isinstance(m, (nn.FusedConv2d, nn.Conv2d))]
+    if memory_format is None or not convs:
+        return
+    if memory_format == "auto":
+        on_cuda = all(m.weight.is_cuda for m in convs)
+        # groups == in_channels: one input channel per group.
+        depthwise = any(m.groups > 1 and m.weight.shape[1] == 1 for m in convs)
+        if not on_cuda or depthwise:
+            return
+        memory_format = torch.channels_last
+    elif memory_format not in (torch.channels_last, torch.contiguous_format):
+        raise ValueError("customconv.fuse: memory_format must be 'auto', None, "
+                         f"torch.channels_last or torch.contiguous_format; got {memory_format!r}")
+    for m in convs:
+        w = m.weight
+        if w.dim() == 4:  # clone: a 1x1 weight is "contiguous" in both layouts, not its strides
+            m.weight = torch.nn.Parameter(w.detach().clone(memory_format=memory_format),
+                                          requires_grad=w.requires_grad)

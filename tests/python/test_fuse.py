@@ -443,3 +443,25 @@ def test_fused_conv2d_refuses_unknown_activations():
         FusedConv2d.from_conv(ScaledConv(3, 4, 3))
     with pytest.raises(ValueError, match="training mode"):
         FusedConv2d.from_conv(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+
+
+def test_fuse_memory_format_choices():
+    """memory_format: "auto" keeps CPU weights as they are; channels_last and
+    contiguous_format force a layout, which the outputs follow; values unchanged."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 1)).eval()
+    x = torch.randn(2, 3, 9, 9)
+    expected = model(x)
+    auto = customconv.fuse(model)
+    assert all(m.weight.is_contiguous() for m in auto.modules()
+               if isinstance(m, customconv.nn.FusedConv2d))
+    cl = customconv.fuse(model, memory_format=torch.channels_last)
+    out = cl(x)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+    nchw = customconv.fuse(model.to(memory_format=torch.channels_last),
+                           memory_format=torch.contiguous_format)
+    assert nchw(x).is_contiguous()
+    with pytest.raises(ValueError, match="memory_format"):
+        customconv.fuse(model, memory_format="nhwc")
