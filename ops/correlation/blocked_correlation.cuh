@@ -111,8 +111,8 @@ __device__ __forceinline__ void load_blocked_row(const T* __restrict__ src, int 
 // Writes a thread's R x V sums (plus bias[oc] when there is a bias, then
 // g.act applied) to the output plane at dst, rows from y0 and columns from
 // x0: one vector store per row on the vector path, else the columns inside
-// the plane one at a time. Every forward kernel of this file, the streamed-
-// tile kernel's, stores through here.
+// the plane one at a time. Every forward kernel of this file, and the
+// streamed-tile kernel, stores through here.
 template <typename T, typename acc_t, int R, int V, bool kQuads>
 __device__ __forceinline__ void store_blocked_outputs(const acc_t (&acc)[R][V],
                                                       const T* __restrict__ bias, int oc,

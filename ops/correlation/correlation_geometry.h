@@ -27,43 +27,38 @@ struct BlockedCorrelation {
 // v[i] (or v[i][j]) = activation a of it, in place, for the sums (plus bias)
 // a thread is about to store; nothing for identity. `a` is the same for every
 // thread of a launch: one uniform test on the identity path, then one switch
-// with a straight run of code per activation (not a switch per element).
-// GELU goes through a call per element: its erf, inlined and interleaved over
-// a thread's many sums, raised the register count of whole kernels (the
-// large-kernel kernel from 72-96 to 104-113 registers, fewer blocks per SM on
-// the identity path too); called, the kernels keep their registers.
+// with a run of code per activation (not a switch per element). ReLU and
+// ReLU6 are inlined (a min / max each); the others call one out-of-line
+// function per element (activate_call), since their exp, erf and IEEE
+// divisions (with slow-path calls), inlined and interleaved over a thread's
+// many sums, raised the register count or spills of whole kernels, identity
+// path included (the large-kernel kernel went from 72-96 to 104-113
+// registers), and doubled the code.
+#if defined(__CUDACC__)
+template <Activation A, typename Acc>
+__device__ __noinline__ Acc activate_call(Acc x) {
+  return activate<Acc>(A, x);
+}
+#endif
 template <Activation A, typename Acc, int M>
 CUSTOMCONV_HOST_DEVICE void activate_each(Acc (&v)[M]) {
 #pragma unroll
-  for (int i = 0; i < M; ++i) v[i] = activate<Acc>(A, v[i]);
+  for (int i = 0; i < M; ++i) {
+#if defined(__CUDA_ARCH__)
+    if constexpr (A == Activation::kRelu || A == Activation::kRelu6) {
+      v[i] = activate<Acc>(A, v[i]);
+    } else {
+      v[i] = activate_call<A>(v[i]);
+    }
+#else
+    v[i] = activate<Acc>(A, v[i]);
+#endif
+  }
 }
 template <Activation A, typename Acc, int M, int N>
 CUSTOMCONV_HOST_DEVICE void activate_each(Acc (&v)[M][N]) {
 #pragma unroll
   for (int i = 0; i < M; ++i) activate_each<A>(v[i]);
-}
-
-#if defined(__CUDACC__)
-template <typename Acc>
-__device__ __noinline__ Acc gelu_call(Acc x) {
-  return activate<Acc>(Activation::kGelu, x);
-}
-#endif
-template <typename Acc, int M>
-CUSTOMCONV_HOST_DEVICE void gelu_each(Acc (&v)[M]) {
-#pragma unroll
-  for (int i = 0; i < M; ++i) {
-#if defined(__CUDA_ARCH__)
-    v[i] = gelu_call(v[i]);
-#else
-    v[i] = activate<Acc>(Activation::kGelu, v[i]);
-#endif
-  }
-}
-template <typename Acc, int M, int N>
-CUSTOMCONV_HOST_DEVICE void gelu_each(Acc (&v)[M][N]) {
-#pragma unroll
-  for (int i = 0; i < M; ++i) gelu_each(v[i]);
 }
 
 template <typename Array>
@@ -74,7 +69,7 @@ CUSTOMCONV_HOST_DEVICE void activate_sums(Activation a, Array& v) {
     case Activation::kRelu6: return activate_each<Activation::kRelu6>(v);
     case Activation::kSilu: return activate_each<Activation::kSilu>(v);
     case Activation::kHardswish: return activate_each<Activation::kHardswish>(v);
-    case Activation::kGelu: return gelu_each(v);
+    case Activation::kGelu: return activate_each<Activation::kGelu>(v);
     case Activation::kSigmoid: return activate_each<Activation::kSigmoid>(v);
   }
 }

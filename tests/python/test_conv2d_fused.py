@@ -230,3 +230,39 @@ def test_conv2d_fused_captures_in_a_cuda_graph(gen):
     torch.cuda.synchronize()
     torch.testing.assert_close(out, call(), rtol=0, atol=0)
     assert not torch.equal(out, expected)
+
+
+# Depthwise geometries that reach each CUDA depthwise kernel (ops/correlation/
+# README.md), where the activation is applied as the sums are stored:
+# (N, C, H, W, kernel, stride, padding, dilation, dtype).
+DEPTHWISE_ROUTES = {
+    "tensor-core-f16-7x7": (2, 8, 64, 64, 7, 1, 3, 1, torch.float16),
+    "tensor-core-bf16-5x5": (2, 8, 32, 64, 5, 1, 2, 1, torch.bfloat16),
+    "streamed-tile-f32-7x7": (1, 16, 512, 512, 7, 1, 3, 1, torch.float32),
+    "staged-tile-f32-7x7": (1, 4, 128, 256, 7, 1, 3, 1, torch.float32),
+    "shared-taps-f32-7x7": (2, 32, 56, 56, 7, 1, 3, 1, torch.float32),
+    "register-blocked-f32-5x5-small-planes": (2, 96, 7, 7, 5, 1, 2, 1, torch.float32),
+    "register-blocked-f16-3x3-s2": (2, 16, 28, 30, 3, 2, 1, 1, torch.float16),
+    "register-blocked-f64-3x3": (2, 8, 14, 15, 3, 1, 1, 1, torch.float64),
+    "large-kernel-f32-13x13": (1, 8, 56, 56, 13, 1, 6, 1, torch.float32),
+    "large-kernel-f16-31x31": (1, 8, 56, 56, 31, 1, 15, 1, torch.float16),
+    "tiled-dilated-strided": (2, 8, 20, 21, 3, 3, 2, 2, torch.float32),
+    "tiled-f64-7x7": (1, 8, 20, 20, 7, 1, 3, 1, torch.float64),
+    "direct-81x81": (1, 2, 90, 90, 81, 1, 40, 1, torch.float32),
+}
+
+
+@cuda
+@pytest.mark.parametrize("route", sorted(DEPTHWISE_ROUTES))
+def test_conv2d_fused_depthwise_kernels_apply_the_activation(route, gen):
+    n, c, h, w, k, stride, padding, dilation, dtype = DEPTHWISE_ROUTES[route]
+    for activation, layout in zip(ACTIVATIONS, ["contiguous", "channels_last"] * 4):
+        x = make_tensor((n, c, h, w), dtype, "cuda", layout, gen)
+        wt = make_tensor((c, 1, k, k), dtype, "cuda", "contiguous", gen)
+        b = make_tensor((c,), dtype, "cuda", "contiguous", gen)
+        args = dict(stride=[stride] * 2, padding=[padding] * 2, dilation=[dilation] * 2,
+                    groups=c)
+        out = ops.conv2d_fused(x, wt, b, args["stride"], args["padding"], args["dilation"], c,
+                               activation, None)
+        expected, bound = reference(x, wt, b, None, args, activation)
+        check(out, expected, bound, dtype, k * k + 1, f"{route} {activation} {layout}")
