@@ -33,6 +33,14 @@ const char* activation_name(Activation a) {
   return "identity";
 }
 
+namespace {
+
+// x * clamp(x + 3, 0, 6) / 6, in the tensor's dtype. (at::hardswish on CUDA
+// scales by 1/6 rounded to float32 also for float64 data, 1e-8 off.)
+at::Tensor hardswish_exact(const at::Tensor& x) { return x * (x + 3).clamp_(0, 6).div_(6); }
+
+}  // namespace
+
 at::Tensor activation_forward(const at::Tensor& pre, Activation a) {
   switch (a) {
     case Activation::kIdentity:
@@ -44,7 +52,7 @@ at::Tensor activation_forward(const at::Tensor& pre, Activation a) {
     case Activation::kSilu:
       return at::silu(pre);
     case Activation::kHardswish:
-      return at::hardswish(pre);
+      return hardswish_exact(pre);
     case Activation::kGelu:
       return at::gelu(pre);
     case Activation::kSigmoid:
@@ -89,7 +97,7 @@ void apply_epilogue_(at::Tensor& out, const ConvEpilogue& e) {
       at::silu_(out);
       break;
     case Activation::kHardswish:
-      at::hardswish_(out);
+      out.copy_(hardswish_exact(out));
       break;
     case Activation::kGelu:
       out.copy_(at::gelu(out));

@@ -465,3 +465,23 @@ def test_fuse_memory_format_choices():
     assert nchw(x).is_contiguous()
     with pytest.raises(ValueError, match="memory_format"):
         customconv.fuse(model, memory_format="nhwc")
+
+
+@pytest.mark.cuda
+def test_fuse_auto_layout_on_cuda():
+    """"auto" on CUDA: channels_last weights without depthwise layers; with them,
+    NCHW weights and a contiguous copy of a channels_last model input."""
+    torch.manual_seed(0)
+    dense = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                torch.nn.ReLU()).cuda().eval()
+    x = torch.randn(2, 3, 9, 9, device="cuda").to(memory_format=torch.channels_last)
+    fused = customconv.fuse(dense)
+    assert fused(x.contiguous()).is_contiguous(memory_format=torch.channels_last)
+    depthwise = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 1), torch.nn.Conv2d(8, 8, 3, groups=8),
+                                    torch.nn.BatchNorm2d(8), torch.nn.ReLU6()).cuda().eval()
+    depthwise = depthwise.to(memory_format=torch.channels_last)
+    fused = customconv.fuse(depthwise)
+    out = fused(x)
+    assert out.is_contiguous()
+    torch.testing.assert_close(out, depthwise(x), rtol=1e-2, atol=1e-2)
+    torch.jit.script(fused)
