@@ -5,7 +5,7 @@ customconv.fuse(model), a float32 training step, and the C++ deployment program.
     python3 bench/e2e.py [--device cuda|cpu]
         [--models resnet50,mobilenet_v2,efficientnet_b0,convnext_tiny]
         [--batches 32,1] [--dtypes float32,float16] [--layouts nchw,channels_last]
-        [--iters N] [--rounds R] [--no-script-fused] [--no-train] [--train-batch N]
+        [--iters N] [--rounds R] [--no-script-fused] [--render JSON] [--no-train] [--train-batch N]
         [--no-demo] [--demo-binary PATH] [--demo-models M,...]
         [--demo-dtypes float32,float16] [--demo-layouts channels_last]
         [--demo-batch N] [--demo-threads T] [--demo-iters N]
@@ -212,12 +212,8 @@ def build_fused(eager: torch.nn.Module, base: torch.nn.Module, device: str,
             raise
         note = (f"fuse of the {str(dtype).replace('torch.', '')} model failed "
                 f"({first_line(e)}); fused in float32, then cast")
-        fused = customconv.fuse(copy.deepcopy(base).to(device)).to(dtype)
-    if fmt == torch.channels_last:
-        try:
-            fused = fused.to(memory_format=fmt)
-        except Exception:  # noqa: BLE001  (a module that cannot: its own layout choice)
-            pass
+        fused = customconv.fuse(copy.deepcopy(base).to(device).to(memory_format=fmt)).to(dtype)
+    # The layout of the fused model's weights is fuse's choice (memory_format="auto").
     return fused.eval(), note
 
 
@@ -843,6 +839,8 @@ def chart(path: Path, meta: dict, inf: List[dict], train: List[dict], demo: List
 def parse_args(argv: List[str]):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--render", type=Path, metavar="JSON",
+                   help="only write the .md and .png of an earlier run's .json again")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--batches", help="default 32,1 on cuda, 4,1 on cpu")
     p.add_argument("--dtypes", help="default float32,float16 on cuda, float32 on cpu")
@@ -894,13 +892,26 @@ def parse_args(argv: List[str]):
     for dt in args.dtypes + args.demo_dtypes:
         if not isinstance(getattr(torch, dt, None), torch.dtype):
             p.error(f"unknown dtype {dt!r}")
-    if args.device == "cuda" and not torch.cuda.is_available():
+    if not args.render and args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device (use --device cpu)")
     return args
 
 
+def render(json_path: Path) -> None:
+    """Writes the .md (and .png) of a results .json again, beside it."""
+    r = json.loads(json_path.read_text())
+    json_path.with_suffix(".md").write_text(markdown(
+        r["meta"], r["inference"], r["training"], r["demo"], r["targets"], r["fuse_summaries"],
+        r["notes"]))
+    chart(json_path.with_suffix(".png"), r["meta"], r["inference"], r["training"], r["demo"])
+    print(f"wrote {json_path.with_suffix('.md')}")
+
+
 def main(argv: List[str]) -> int:
     args = parse_args(argv)
+    if args.render:
+        render(args.render)
+        return 0
     d = DEFAULTS[args.device]
     timer = Timer(args.device, args.iters, args.rounds, d["round_ms"], d["warmup_calls"],
                   d["warmup_s"], d["min_iters"])
