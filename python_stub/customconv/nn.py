@@ -92,7 +92,9 @@ def _activate(x: Tensor, activation: str) -> Tensor:
     if activation == "silu":
         return F.silu(x)
     if activation == "hardswish":
-        return F.hardswish(x)
+        # The formula, as the op computes it (F.hardswish on CUDA scales by 1/6
+        # rounded to float32 also in float64).
+        return x * (x + 3.0).clamp(0.0, 6.0) / 6.0
     if activation == "gelu":
         return F.gelu(x)
     if activation == "sigmoid":
