@@ -148,24 +148,30 @@ class Timer:
             self._sync()
             one_ms = (time.perf_counter() - t0) * 1e3
             iters = max(self.min_iters, min(500, round(self.round_ms / max(one_ms, 1e-3))))
-        times = []
-        for _ in range(self.rounds):
-            if self.device == "cuda":
-                torch.cuda.synchronize()
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(iters):
-                    fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / iters)
-            else:
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    fn()
-                times.append((time.perf_counter() - t0) * 1e3 / iters)
-        return statistics.median(times)
+        return median_round_ms(fn, self.device, iters, self.rounds)
+
+
+def median_round_ms(fn: Callable[[], object], device: str, iters: int, rounds: int) -> float:
+    """The median over `rounds` rounds of `iters` back-to-back calls, per call, in
+    ms: CUDA events on CUDA, the wall clock on the CPU."""
+    times = []
+    for _ in range(rounds):
+        if device == "cuda":
+            torch.cuda.synchronize()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / iters)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            times.append((time.perf_counter() - t0) * 1e3 / iters)
+    return statistics.median(times)
 
 
 # ---------------------------------------------------------------- models

@@ -17,9 +17,7 @@ the speedup against PyTorch's faster layout for that model and dtype.
 import argparse
 import copy
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Callable, List
 
@@ -28,6 +26,7 @@ import torchvision
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python_stub"))
 import customconv  # noqa: E402
+from e2e import median_round_ms  # noqa: E402  (bench/ is the script's directory)
 
 MODELS = {"resnet50": torchvision.models.resnet50,
           "resnext50_32x4d": torchvision.models.resnext50_32x4d,
@@ -39,23 +38,7 @@ def ms_per_call(fn: Callable[[], object], device: str, iters: int, rounds: int =
     """Median over rounds of the time for `iters` back-to-back calls, per call, in ms."""
     for _ in range(3):
         fn()
-    times = []
-    for _ in range(rounds):
-        if device == "cuda":
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / iters)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            times.append((time.perf_counter() - t0) * 1e3 / iters)
-    return statistics.median(times)
+    return median_round_ms(fn, device, iters, rounds)
 
 
 def main(argv: List[str]) -> int:

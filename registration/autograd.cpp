@@ -36,6 +36,27 @@ SavedWindow load_window(AutogradContext* ctx) {
           ctx->saved_data["dilation"].toIntVector()};
 }
 
+// conv2d's (input, weight, bias) gradients from grad_output `go`, those asked
+// for (the window, groups and has_bias are in ctx's saved data).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_gradients(AutogradContext* ctx,
+                                                                const at::Tensor& go,
+                                                                const at::Tensor& input,
+                                                                const at::Tensor& weight) {
+  const auto [stride, padding, dilation] = load_window(ctx);
+  const int64_t groups = ctx->saved_data["groups"].toInt();
+  at::Tensor gi, gw, gb;
+  if (ctx->needs_input_grad(0)) {
+    gi = detail::conv2d_grad_input(go, input, weight, stride, padding, dilation, groups);
+  }
+  if (ctx->needs_input_grad(1)) {
+    gw = detail::conv2d_grad_weight(go, input, weight, stride, padding, dilation, groups);
+  }
+  if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
+    gb = detail::conv2d_grad_bias(go);
+  }
+  return {gi, gw, gb};
+}
+
 class Conv2dFunction : public torch::autograd::Function<Conv2dFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
@@ -51,21 +72,7 @@ class Conv2dFunction : public torch::autograd::Function<Conv2dFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor& input = saved[0];
-    const at::Tensor& weight = saved[1];
-    const at::Tensor go = grads[0];
-    const auto [stride, padding, dilation] = load_window(ctx);
-    const int64_t groups = ctx->saved_data["groups"].toInt();
-    at::Tensor gi, gw, gb;
-    if (ctx->needs_input_grad(0)) {
-      gi = detail::conv2d_grad_input(go, input, weight, stride, padding, dilation, groups);
-    }
-    if (ctx->needs_input_grad(1)) {
-      gw = detail::conv2d_grad_weight(go, input, weight, stride, padding, dilation, groups);
-    }
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
-      gb = detail::conv2d_grad_bias(go);
-    }
+    auto [gi, gw, gb] = conv2d_gradients(ctx, grads[0], saved[0], saved[1]);
     return {gi, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -102,22 +109,10 @@ class Conv2dFusedFunction : public torch::autograd::Function<Conv2dFusedFunction
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor& input = saved[0];
-    const at::Tensor& weight = saved[1];
     const auto a = static_cast<Activation>(ctx->saved_data["activation"].toInt());
     const at::Tensor go = activation_backward(grads[0], saved[2], saved[3], a);
-    const auto [stride, padding, dilation] = load_window(ctx);
-    const int64_t groups = ctx->saved_data["groups"].toInt();
-    at::Tensor gi, gw, gb, gr;
-    if (ctx->needs_input_grad(0)) {
-      gi = detail::conv2d_grad_input(go, input, weight, stride, padding, dilation, groups);
-    }
-    if (ctx->needs_input_grad(1)) {
-      gw = detail::conv2d_grad_weight(go, input, weight, stride, padding, dilation, groups);
-    }
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
-      gb = detail::conv2d_grad_bias(go);
-    }
+    auto [gi, gw, gb] = conv2d_gradients(ctx, go, saved[0], saved[1]);
+    at::Tensor gr;
     // needs_input_grad counts the tensors given (a missing bias is none).
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     if (ctx->saved_data["has_residual"].toBool() && ctx->needs_input_grad(has_bias ? 3 : 2)) {
