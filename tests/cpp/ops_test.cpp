@@ -41,6 +41,10 @@ TEST(OpRegistrationTest, PublicOpsHaveTheDocumentedSchemas) {
   EXPECT_EQ(schema_string("customconv::col2im"),
             "customconv::col2im(Tensor columns, int[2] output_size, int[2] kernel_size, "
             "int[2] stride=1, int[2] padding=0, int[2] dilation=1) -> Tensor");
+  EXPECT_EQ(schema_string("customconv::conv2d_fused"),
+            "customconv::conv2d_fused(Tensor input, Tensor weight, Tensor? bias=None, "
+            "int[2] stride=1, int[2] padding=0, int[2] dilation=1, int groups=1, "
+            "str activation=\"identity\", Tensor? residual=None) -> Tensor");
 }
 
 TEST(OpRegistrationTest, BackwardOpsAreOpsOfTheirOwn) {
@@ -55,7 +59,8 @@ TEST(OpRegistrationTest, BackwardOpsAreOpsOfTheirOwn) {
 }
 
 TEST(OpRegistrationTest, EveryOpHasCpuAutogradAndMetaKernels) {
-  for (const char* name : {"customconv::conv2d", "customconv::im2col", "customconv::col2im",
+  for (const char* name : {"customconv::conv2d", "customconv::conv2d_fused",
+                           "customconv::im2col", "customconv::col2im",
                            "customconv::conv2d_grad_input", "customconv::conv2d_grad_weight",
                            "customconv::conv2d_grad_bias"}) {
     SCOPED_TRACE(name);
@@ -155,6 +160,24 @@ TEST(Conv2dTest, DefaultsAndSingleValuesMeanBothAxes) {
   EXPECT_TRUE(all_close(customconv::conv2d(x, w), torch::conv2d(x, w), kF64Rtol, kF64Atol));
   EXPECT_TRUE(all_close(customconv::conv2d(x, w, std::nullopt, 2, 1, 2),
                         torch::conv2d(x, w, {}, {2, 2}, {1, 1}, {2, 2}), kF64Rtol, kF64Atol));
+}
+
+TEST(Conv2dFusedTest, MatchesConv2dThenResidualThenActivation) {
+  seed_for_current_test();
+  const at::Tensor x = torch::randn({2, 4, 9, 10}, torch::kDouble);
+  const at::Tensor w = torch::randn({6, 2, 3, 3}, torch::kDouble);
+  const at::Tensor b = torch::randn({6}, torch::kDouble);
+  const at::Tensor r = torch::randn({2, 6, 5, 10}, torch::kDouble);
+  const at::Tensor pre = torch::conv2d(x, w, b, {2, 1}, {1, 1}, {1, 1}, 2);
+  EXPECT_TRUE(all_close(customconv::conv2d_fused(x, w, b, {2, 1}, 1, 1, 2, "relu", r),
+                        torch::relu(pre + r), kF64Rtol, kF64Atol));
+  EXPECT_TRUE(all_close(customconv::conv2d_fused(x, w, b, {2, 1}, 1, 1, 2, "silu"),
+                        torch::silu(pre), kF64Rtol, kF64Atol));
+  EXPECT_TRUE(all_close(customconv::conv2d_fused(x, w, b, {2, 1}, 1, 1, 2), pre, kF64Rtol,
+                        kF64Atol));
+  EXPECT_THROW(customconv::conv2d_fused(x, w, b, {2, 1}, 1, 1, 2, "tanh"), c10::Error);
+  EXPECT_THROW(customconv::conv2d_fused(x, w, b, {2, 1}, 1, 1, 2, "relu", r.narrow(3, 0, 9)),
+               c10::Error);
 }
 
 // ---------------------------------------------------------------- im2col / col2im forward
