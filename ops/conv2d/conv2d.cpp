@@ -219,9 +219,16 @@ at::Tensor conv2d_fused_impl(const Conv2dKernels& kernels, const at::Tensor& inp
   const auto s = check_conv2d_fused<int64_t>(op, input, weight, bias, stride, padding, dilation,
                                              groups, residual);
   if (routes_to_depthwise(s) && !e.has_residual()) {
-    return depthwise_conv2d_impl(kernels.depthwise, input, weight, bias, stride, padding, dilation,
-                                 e.activation)
-        .contiguous(conv2d_output_format(input, weight));
+    const bool arithmetic = e.activation == Activation::kIdentity ||
+                            e.activation == Activation::kRelu ||
+                            e.activation == Activation::kRelu6 ||
+                            e.activation == Activation::kHardswish;
+    const bool in_kernel = arithmetic || kernels.depthwise.fast_transcendental_activations;
+    at::Tensor out = depthwise_conv2d_impl(kernels.depthwise, input, weight, bias, stride, padding,
+                                           dilation, in_kernel ? e.activation : Activation::kIdentity)
+                         .contiguous(conv2d_output_format(input, weight));
+    if (!in_kernel) apply_epilogue_(out, {e.activation, at::Tensor()});
+    return out;
   }
   if (kernels.engines.fused_forward != nullptr && !routes_to_depthwise(s)) {
     if (auto out = kernels.engines.fused_forward(input, weight, bias, s, e)) return *out;

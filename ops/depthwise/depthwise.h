@@ -61,6 +61,11 @@ struct DepthwiseKernels {
                            const at::Tensor& grad_weight, const at::Tensor& grad_bias,
                            const Window2d& win, int64_t mult);
   DepthwiseChannelsLastKernels channels_last;
+  // Whether forward applies silu, gelu and sigmoid itself at no great cost.
+  // The CPU kernels compute them one element at a time, 2-3x slower than the
+  // convolution plus ATen's vectorized activation after it, so conv2d_fused
+  // gives them only identity, relu, relu6 and hardswish there.
+  bool fast_transcendental_activations = true;
 };
 
 DepthwiseKernels cpu_depthwise_kernels();

@@ -810,7 +810,7 @@ void grad_weight_cpu(const at::Tensor& grad_output, const at::Tensor& input,
 
 DepthwiseKernels cpu_depthwise_kernels() {
   return {&forward_cpu, &grad_input_cpu, &grad_weight_cpu, nullptr,
-          cpu_depthwise_channels_last_kernels()};
+          cpu_depthwise_channels_last_kernels(), /*fast_transcendental_activations=*/false};
 }
 
 }  // namespace customconv
