@@ -35,6 +35,25 @@ at::Tensor taps_by_channel(const at::Tensor& weight) {
 
 // ---------------------------------------------------------------- forward
 
+// The accumulators of a forward block, P positions x channels [c, c + 16),
+// start at the bias (or zero), and are stored to positions x0..x0+P-1 of orow.
+template <int P>
+__attribute__((always_inline)) inline void start_block(Float8 (&acc)[P][2], const float* bias,
+                                                       int64_t c) {
+  const Float8 b0 = bias != nullptr ? load8(bias + c) : Float8{};
+  const Float8 b1 = bias != nullptr ? load8(bias + c + 8) : Float8{};
+  for (int t = 0; t < P; ++t) acc[t][0] = b0, acc[t][1] = b1;
+}
+
+template <int P>
+__attribute__((always_inline)) inline void store_block(const Float8 (&acc)[P][2], float* orow,
+                                                       const Dims& d, int64_t x0, int64_t c) {
+  for (int t = 0; t < P; ++t) {
+    store8(orow + (x0 + t) * d.c + c, acc[t][0]);
+    store8(orow + (x0 + t) * d.c + c + 8, acc[t][1]);
+  }
+}
+
 // Output positions x0..x0+P-1 of row y of one image, channels [c, c + 16):
 // P x 2 vector accumulators over the taps.
 template <int P>
@@ -43,9 +62,7 @@ __attribute__((always_inline)) inline void forward_block(const float* img, const
                                                          const Dims& d, const Window2d& k,
                                                          int64_t y, int64_t x0, int64_t c) {
   Float8 acc[P][2];
-  const Float8 b0 = bias != nullptr ? load8(bias + c) : Float8{};
-  const Float8 b1 = bias != nullptr ? load8(bias + c + 8) : Float8{};
-  for (int t = 0; t < P; ++t) acc[t][0] = b0, acc[t][1] = b1;
+  start_block<P>(acc, bias, c);
   for (int64_t i = 0; i < k.kh; ++i) {
     const int64_t iy = y * k.sh - k.ph + i * k.dh;
     if (iy < 0 || iy >= d.h) continue;
@@ -62,10 +79,7 @@ __attribute__((always_inline)) inline void forward_block(const float* img, const
       }
     }
   }
-  for (int t = 0; t < P; ++t) {
-    store8(orow + (x0 + t) * d.c + c, acc[t][0]);
-    store8(orow + (x0 + t) * d.c + c + 8, acc[t][1]);
-  }
+  store_block<P>(acc, orow, d, x0, c);
 }
 
 // forward_block for positions whose every tap lies inside the row (no
@@ -76,9 +90,7 @@ __attribute__((always_inline)) inline void forward_block_inside(const float* img
                                                                 const Dims& d, const Window2d& k,
                                                                 int64_t y, int64_t x0, int64_t c) {
   Float8 acc[P][2];
-  const Float8 b0 = bias != nullptr ? load8(bias + c) : Float8{};
-  const Float8 b1 = bias != nullptr ? load8(bias + c + 8) : Float8{};
-  for (int t = 0; t < P; ++t) acc[t][0] = b0, acc[t][1] = b1;
+  start_block<P>(acc, bias, c);
   const int64_t step = k.sw * d.c;
   for (int64_t i = 0; i < k.kh; ++i) {
     const int64_t iy = y * k.sh - k.ph + i * k.dh;
@@ -93,10 +105,7 @@ __attribute__((always_inline)) inline void forward_block_inside(const float* img
       }
     }
   }
-  for (int t = 0; t < P; ++t) {
-    store8(orow + (x0 + t) * d.c + c, acc[t][0]);
-    store8(orow + (x0 + t) * d.c + c + 8, acc[t][1]);
-  }
+  store_block<P>(acc, orow, d, x0, c);
 }
 
 // The positions [lo, hi) of a row of `out` positions whose taps all lie in
