@@ -1,5 +1,5 @@
-// 8-float vectors for the CPU's hot loops, compiled for AVX2 and for the
-// baseline side by side.
+// 8- and 16-float vectors for the CPU's hot loops, compiled for AVX-512,
+// AVX2 and the baseline side by side.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +28,51 @@ __attribute__((always_inline)) inline Float8 load8(const float* p) {
 }
 __attribute__((always_inline)) inline void store8(float* p, Float8 v) {
   __builtin_memcpy(p, &v, sizeof v);
+}
+
+// 16 floats as one value: one AVX-512 register in an x86-64-v4 build.
+typedef float Float16 __attribute__((vector_size(64)));
+
+// Lanes of a float vector type, and its unaligned load and store.
+template <class V>
+constexpr int kLanes = static_cast<int>(sizeof(V) / sizeof(float));
+template <class V>
+__attribute__((always_inline)) inline V loadv(const float* p) {
+  V v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+__attribute__((always_inline)) inline void storev(float* p, V v) {
+  __builtin_memcpy(p, &v, sizeof v);
+}
+
+// Kernels with one build per instruction set (functions marked
+// target("arch=x86-64-v4") and target("arch=x86-64-v3") next to a baseline
+// one) pick theirs with cpu_isa(), once per process.
+enum class CpuIsa { kBaseline, kX86_64_V3, kX86_64_V4 };
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CUSTOMCONV_CPU_ISA_BUILDS 1
+#else
+#define CUSTOMCONV_CPU_ISA_BUILDS 0
+#endif
+inline CpuIsa cpu_isa() {
+#if CUSTOMCONV_CPU_ISA_BUILDS
+  static const CpuIsa isa = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512cd"))
+      return CpuIsa::kX86_64_V4;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("bmi2"))
+      return CpuIsa::kX86_64_V3;
+    return CpuIsa::kBaseline;
+  }();
+  return isa;
+#else
+  return CpuIsa::kBaseline;
+#endif
 }
 
 }  // namespace customconv

@@ -318,22 +318,6 @@ void weight_grad_plane_f32(const float* go, const float* plane, int64_t h, int64
 // FwdLayout), so the inputs one output vector reads for one tap are always
 // consecutive floats.
 
-// 16 floats as one value: one AVX-512 register in the x86-64-v4 build.
-typedef float Float16 __attribute__((vector_size(64)));
-
-template <class V>
-constexpr int kLanes = static_cast<int>(sizeof(V) / sizeof(float));
-
-template <class V>
-__attribute__((always_inline)) inline V loadv(const float* p) {
-  V v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class V>
-__attribute__((always_inline)) inline void storev(float* p, V v) {
-  __builtin_memcpy(p, &v, sizeof v);
-}
 // The even- and odd-indexed floats of the 2W at p.
 template <class V>
 __attribute__((always_inline)) inline void load_deinterleaved(const float* p, V& even, V& odd) {
@@ -550,7 +534,7 @@ void forward_range_f32_base(const float* in, const float* wt, const float* bias,
                             int64_t p0, int64_t p1, Activation act) {
   forward_range_f32<Float8, 6>(in, wt, bias, out, d, k, offs, P, p0, p1, act);
 }
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if CUSTOMCONV_CPU_ISA_BUILDS
 __attribute__((target("arch=x86-64-v3"))) void forward_range_f32_v3(
     const float* in, const float* wt, const float* bias, float* out, const Dims& d,
     const Window2d& k, const int64_t* offs, float* P, int64_t p0, int64_t p1, Activation act) {
@@ -564,22 +548,13 @@ __attribute__((target("arch=x86-64-v4"))) void forward_range_f32_v4(
 #endif
 
 ForwardF32Isa forward_f32_isa() {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  static const ForwardF32Isa isa = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512cd"))
-      return ForwardF32Isa{&forward_range_f32_v4, 16, 12};
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("bmi2"))
-      return ForwardF32Isa{&forward_range_f32_v3, 8, 10};
-    return ForwardF32Isa{&forward_range_f32_base, 8, 6};
-  }();
-  return isa;
-#else
-  return ForwardF32Isa{&forward_range_f32_base, 8, 6};
+  switch (cpu_isa()) {
+#if CUSTOMCONV_CPU_ISA_BUILDS
+    case CpuIsa::kX86_64_V4: return ForwardF32Isa{&forward_range_f32_v4, 16, 12};
+    case CpuIsa::kX86_64_V3: return ForwardF32Isa{&forward_range_f32_v3, 8, 10};
 #endif
+    default: return ForwardF32Isa{&forward_range_f32_base, 8, 6};
+  }
 }
 
 void forward_f32(const float* in, const float* wt, const float* bias, float* out, const Dims& d,
