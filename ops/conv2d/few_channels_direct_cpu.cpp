@@ -133,6 +133,63 @@ __attribute__((always_inline)) inline void row_block(const Geometry& g, const Ro
   for (x = x_hi; x < g.q; ++x) edge(x);
 }
 
+// A W x W tile transposed in registers: rows[r][c] <-> rows[c][r]. At each
+// level d (W/2, ..., 1) every 2d x 2d block swaps its top-right and
+// bottom-left d x d blocks; all levels together transpose the tile.
+template <class V, class Index, int D>
+__attribute__((always_inline)) inline void transpose_level(V* rows) {
+  constexpr int W = kLanes<V>;
+  Index keep{}, swap{};  // a pair's new first and second rows
+  for (int c = 0; c < W; ++c) {
+    keep[c] = (c & D) == 0 ? c : W + c - D;
+    swap[c] = (c & D) == 0 ? c + D : W + c;
+  }
+  for (int r = 0; r < W; ++r) {
+    if ((r & D) != 0) continue;
+    const V a = rows[r], b = rows[r + D];
+    rows[r] = __builtin_shuffle(a, b, keep);
+    rows[r + D] = __builtin_shuffle(a, b, swap);
+  }
+}
+template <class V>
+__attribute__((always_inline)) inline void transpose_tile(V* rows) {
+  if constexpr (kLanes<V> == 16) {
+    typedef int Int16 __attribute__((vector_size(64)));
+    transpose_level<V, Int16, 8>(rows);
+    transpose_level<V, Int16, 4>(rows);
+    transpose_level<V, Int16, 2>(rows);
+    transpose_level<V, Int16, 1>(rows);
+  } else {
+    typedef int Int8 __attribute__((vector_size(32)));
+    transpose_level<V, Int8, 4>(rows);
+    transpose_level<V, Int8, 2>(rows);
+    transpose_level<V, Int8, 1>(rows);
+  }
+}
+
+// A finished output row, (q, kp) channels_last in `buffer`, into row y of
+// the K planes of an NCHW image (dst: that row of plane 0): W x W tiles
+// transposed in registers, the last q % W columns one at a time.
+template <class V>
+__attribute__((always_inline)) inline void transpose_row(const float* buffer, const Geometry& g,
+                                                         float* dst) {
+  constexpr int W = kLanes<V>;
+  const int64_t plane = g.p * g.q;
+  int64_t x = 0;
+  for (; x + W <= g.q; x += W) {
+    for (int64_t k0 = 0; k0 < g.k; k0 += W) {
+      V rows[W];
+      for (int r = 0; r < W; ++r) rows[r] = loadv<V>(buffer + (x + r) * g.kp + k0);
+      transpose_tile(rows);
+      const int64_t kn = std::min<int64_t>(W, g.k - k0);
+      for (int64_t r = 0; r < kn; ++r) storev(dst + (k0 + r) * plane + x, rows[r]);
+    }
+  }
+  for (; x < g.q; ++x) {
+    for (int64_t kk = 0; kk < g.k; ++kk) dst[kk * plane + x] = buffer[x * g.kp + kk];
+  }
+}
+
 // Output rows [r0, r1) (r = n * p + y), every block of output channels. The
 // weight is (kp / B, kh, kw, C, B), B = NVMAX * W; `buffer` (q * kp floats)
 // holds a row on its way to an NCHW result.
@@ -171,13 +228,7 @@ __attribute__((always_inline)) inline void forward_rows(const float* in, const f
         }
       }
     }
-    if (g.nchw_out) {  // (q, kp) -> the K planes' row y
-      float* dst = out + n * g.k * g.p * g.q + y * g.q;
-      for (int64_t kk = 0; kk < g.k; ++kk) {
-        float* d = dst + kk * g.p * g.q;
-        for (int64_t x = 0; x < g.q; ++x) d[x] = buffer[x * g.kp + kk];
-      }
-    }
+    if (g.nchw_out) transpose_row<V>(buffer, g, out + n * g.k * g.p * g.q + y * g.q);
   }
 }
 
