@@ -47,6 +47,40 @@ __attribute__((always_inline)) inline void storev(float* p, V v) {
   __builtin_memcpy(p, &v, sizeof v);
 }
 
+// A W x W tile transposed in registers: rows[r][c] <-> rows[c][r]. At each
+// level d (W/2, ..., 1) every 2d x 2d block swaps its top-right and
+// bottom-left d x d blocks; all levels together transpose the tile.
+template <class V, class Index, int D>
+__attribute__((always_inline)) inline void transpose_level(V* rows) {
+  constexpr int W = kLanes<V>;
+  Index keep{}, swap{};  // a pair's new first and second rows
+  for (int c = 0; c < W; ++c) {
+    keep[c] = (c & D) == 0 ? c : W + c - D;
+    swap[c] = (c & D) == 0 ? c + D : W + c;
+  }
+  for (int r = 0; r < W; ++r) {
+    if ((r & D) != 0) continue;
+    const V a = rows[r], b = rows[r + D];
+    rows[r] = __builtin_shuffle(a, b, keep);
+    rows[r + D] = __builtin_shuffle(a, b, swap);
+  }
+}
+template <class V>
+__attribute__((always_inline)) inline void transpose_tile(V* rows) {
+  if constexpr (kLanes<V> == 16) {
+    typedef int Int16 __attribute__((vector_size(64)));
+    transpose_level<V, Int16, 8>(rows);
+    transpose_level<V, Int16, 4>(rows);
+    transpose_level<V, Int16, 2>(rows);
+    transpose_level<V, Int16, 1>(rows);
+  } else {
+    typedef int Int8 __attribute__((vector_size(32)));
+    transpose_level<V, Int8, 4>(rows);
+    transpose_level<V, Int8, 2>(rows);
+    transpose_level<V, Int8, 1>(rows);
+  }
+}
+
 // Kernels with one build per instruction set (functions marked
 // target("arch=x86-64-v4") and target("arch=x86-64-v3") next to a baseline
 // one) pick theirs with cpu_isa(), once per process.

@@ -21,7 +21,10 @@
 // grad_output's (N_c*P*Q, K) rows, transposed, times them over the chunks in
 // order, into a (K, kh, kw, C) result: the channels_last gradient.
 // Windows over fewer than 16 channels, and bfloat16 (whose column route
-// accumulates in float32), keep the column route.
+// accumulates in float32), keep the column route. The float32 forward goes to
+// the direct kernels first (channels_last_direct_cpu.h,
+// few_channels_direct_cpu.h), which take every case this route would; the
+// forward here serves float64, and the weight gradient every dtype.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -7,9 +7,11 @@
 //   * the device's engines where they take the case (on CUDA: the implicit
 //     GEMMs of implicit_gemm.h for channels_last 16-bit data, forward and both
 //     gradients, and the direct kernels of grouped_direct.h for grouped layers;
-//     on the CPU: channels_last_gemm.h, the forward as GEMMs over
-//     the positions of channels_last data, and grouped_direct_cpu.h for
-//     grouped layers' forward);
+//     on the CPU: direct float32 forward kernels, few_channels_direct_cpu.h
+//     for windows over fewer than 16 input channels and
+//     channels_last_direct_cpu.h for the others, then channels_last_gemm.h,
+//     the forward as GEMMs over the positions of channels_last data, and
+//     grouped_direct_cpu.h for grouped layers' forward);
 //   * depthwise (groups == C_in > 1, weight (C*m, 1, kh, kw)): the depthwise kernels;
 //   * pointwise (1x1, stride 1, no padding) with planes of at least 128
 //     positions: the input is its own column buffer, so forward and grad input
@@ -76,7 +78,9 @@ struct Conv2dKernels {
 };
 
 // The CPU's engines (engines_cpu.cpp): the grouped direct kernels
-// (grouped_direct_cpu.h) for grouped layers, else the channels_last GEMMs.
+// (grouped_direct_cpu.h) for grouped layers, else the direct float32 forward
+// kernels (few_channels_direct_cpu.h, channels_last_direct_cpu.h), else the
+// channels_last GEMMs.
 std::optional<at::Tensor> cpu_conv2d_engine(const at::Tensor& input, const at::Tensor& weight,
                                             const std::optional<at::Tensor>& bias,
                                             const Conv2dShape<int64_t>& s);

@@ -1,3 +1,4 @@
+#include "ops/conv2d/channels_last_direct_cpu.h"
 #include "ops/conv2d/channels_last_gemm.h"
 #include "ops/conv2d/conv2d.h"
 #include "ops/conv2d/few_channels_direct_cpu.h"
@@ -10,6 +11,7 @@ std::optional<at::Tensor> cpu_conv2d_engine(const at::Tensor& input, const at::T
                                             const Conv2dShape<int64_t>& s) {
   if (s.groups > 1) return grouped_direct_conv2d_cpu(input, weight, bias, s);
   if (auto out = few_channels_direct_conv2d_cpu(input, weight, bias, s)) return out;
+  if (auto out = channels_last_direct_conv2d_cpu(input, weight, bias, s)) return out;
   return channels_last_gemm_conv2d(input, weight, bias, s);
 }
 

@@ -10,6 +10,7 @@
 #include "ops/common/cpu_simd.h"
 #include "ops/common/launch.h"
 #include "ops/common/parallel_cpu.h"
+#include "ops/conv2d/weight_blocks_cpu.h"
 
 namespace customconv {
 namespace {
@@ -133,40 +134,6 @@ __attribute__((always_inline)) inline void row_block(const Geometry& g, const Ro
   for (x = x_hi; x < g.q; ++x) edge(x);
 }
 
-// A W x W tile transposed in registers: rows[r][c] <-> rows[c][r]. At each
-// level d (W/2, ..., 1) every 2d x 2d block swaps its top-right and
-// bottom-left d x d blocks; all levels together transpose the tile.
-template <class V, class Index, int D>
-__attribute__((always_inline)) inline void transpose_level(V* rows) {
-  constexpr int W = kLanes<V>;
-  Index keep{}, swap{};  // a pair's new first and second rows
-  for (int c = 0; c < W; ++c) {
-    keep[c] = (c & D) == 0 ? c : W + c - D;
-    swap[c] = (c & D) == 0 ? c + D : W + c;
-  }
-  for (int r = 0; r < W; ++r) {
-    if ((r & D) != 0) continue;
-    const V a = rows[r], b = rows[r + D];
-    rows[r] = __builtin_shuffle(a, b, keep);
-    rows[r + D] = __builtin_shuffle(a, b, swap);
-  }
-}
-template <class V>
-__attribute__((always_inline)) inline void transpose_tile(V* rows) {
-  if constexpr (kLanes<V> == 16) {
-    typedef int Int16 __attribute__((vector_size(64)));
-    transpose_level<V, Int16, 8>(rows);
-    transpose_level<V, Int16, 4>(rows);
-    transpose_level<V, Int16, 2>(rows);
-    transpose_level<V, Int16, 1>(rows);
-  } else {
-    typedef int Int8 __attribute__((vector_size(32)));
-    transpose_level<V, Int8, 4>(rows);
-    transpose_level<V, Int8, 2>(rows);
-    transpose_level<V, Int8, 1>(rows);
-  }
-}
-
 // A finished output row, (q, kp) channels_last in `buffer`, into row y of
 // the K planes of an NCHW image (dst: that row of plane 0): W x W tiles
 // transposed in registers, the last q % W columns one at a time.
@@ -287,10 +254,7 @@ std::optional<at::Tensor> few_channels_direct_conv2d_cpu(const at::Tensor& input
   const ForwardIsa isa = forward_isa();
   const Window2d& win = s.win;
   const int64_t b = isa.block, kp = (s.k + b - 1) / b * b;
-  // (K, C, kh, kw) -> (kp / B, kh, kw, C, B), zero-padded.
-  at::Tensor wt = at::zeros({kp, win.kh, win.kw, s.in.c}, weight.options());
-  wt.narrow(0, 0, s.k).copy_(weight.permute({0, 2, 3, 1}));
-  wt = wt.view({kp / b, b, win.kh, win.kw, s.in.c}).permute({0, 2, 3, 4, 1}).contiguous();
+  const at::Tensor wt = weight_blocks_cpu(weight, b);
   at::Tensor bp = at::zeros({kp}, input.options());
   if (bias.has_value() && bias->defined()) bp.narrow(0, 0, s.k).copy_(*bias);
   const Geometry g{s.in.n, s.in.c, s.in.h, s.in.w, s.k, s.oh, s.ow,

@@ -1,0 +1,224 @@
+#include "ops/conv2d/channels_last_direct_cpu.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "ops/common/cpu_simd.h"
+#include "ops/common/launch.h"
+#include "ops/common/parallel_cpu.h"
+#include "ops/conv2d/weight_blocks_cpu.h"
+
+namespace customconv {
+namespace {
+
+struct Geometry {
+  int64_t n, c, h, w, k, p, q;  // input (n, h, w, c), output (n, p, q, k): channels_last
+  Window2d win;
+  int64_t block;  // output channels per weight block (B)
+  int64_t kp;     // output channels padded to whole blocks
+};
+
+// The top-left input pixel of an output position's window, and its image.
+struct Origin {
+  const float* img;
+  int64_t iy, ix;
+};
+
+// P output positions (consecutive in (n, y, x) order; their outputs at out,
+// out + K, ...) x NV vectors of W output channels: P * NV accumulators,
+// started from the bias. For each tap (i, j), each position's C input
+// channels at that tap lie at one pointer (a row of zeros where the tap falls
+// in the padding); for each input channel c, the P values are each broadcast
+// and multiplied by the tap's NV weight vectors of c, read from wt: (kh, kw,
+// C, WS floats) with the block's channels first. Lanes past `valid` are not
+// stored.
+template <class V, int NV, int P, int WS>
+__attribute__((always_inline)) inline void direct_block(const Geometry& g, const Origin* org,
+                                                        const float* zeros, const float* wt,
+                                                        const float* bias, float* out,
+                                                        int64_t valid) {
+  constexpr int W = kLanes<V>;
+  const Window2d& k = g.win;
+  V acc[P][NV];
+  for (int v = 0; v < NV; ++v) {
+    const V b = loadv<V>(bias + v * W);
+    for (int t = 0; t < P; ++t) acc[t][v] = b;
+  }
+  for (int64_t i = 0; i < k.kh; ++i) {
+    for (int64_t j = 0; j < k.kw; ++j) {
+      const float* src[P];
+      for (int t = 0; t < P; ++t) {
+        const int64_t iy = org[t].iy + i * k.dh, ix = org[t].ix + j * k.dw;
+        src[t] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w ? org[t].img + (iy * g.w + ix) * g.c
+                                                              : zeros;
+      }
+      const float* w = wt + (i * k.kw + j) * g.c * WS;
+      for (int64_t c = 0; c < g.c; ++c) {
+        V wv[NV];
+        for (int v = 0; v < NV; ++v) wv[v] = loadv<V>(w + c * WS + v * W);
+        for (int t = 0; t < P; ++t) {
+          const V b = V{} + src[t][c];
+          for (int v = 0; v < NV; ++v) acc[t][v] += b * wv[v];
+        }
+      }
+    }
+  }
+  for (int t = 0; t < P; ++t) {
+    float* d = out + t * g.k;
+    if (valid >= NV * W) {
+      for (int v = 0; v < NV; ++v) storev(d + v * W, acc[t][v]);
+    } else {
+      float lanes[NV * W];
+      for (int v = 0; v < NV; ++v) storev(lanes + v * W, acc[t][v]);
+      std::memcpy(d, lanes, valid * sizeof(float));
+    }
+  }
+}
+
+// Output positions [m0, m1) (m = (n * p + y) * q + x) for the block of
+// output channels at k0: blocks of P positions, then one at a time.
+template <class V, int NV, int P, int WS>
+__attribute__((always_inline)) inline void position_range(const Geometry& g, const float* in,
+                                                          const float* zeros, const float* wt,
+                                                          const float* bias, float* out,
+                                                          int64_t k0, int64_t m0, int64_t m1) {
+  const Window2d& k = g.win;
+  const int64_t valid = std::min<int64_t>(NV * kLanes<V>, g.k - k0);
+  const auto origin = [&](int64_t m) {
+    const int64_t x = m % g.q, r = m / g.q;
+    return Origin{in + (r / g.p) * g.h * g.w * g.c, (r % g.p) * k.sh - k.ph, x * k.sw - k.pw};
+  };
+  int64_t m = m0;
+  for (; m + P <= m1; m += P) {
+    Origin org[P];
+    for (int t = 0; t < P; ++t) org[t] = origin(m + t);
+    direct_block<V, NV, P, WS>(g, org, zeros, wt, bias, out + m * g.k + k0, valid);
+  }
+  for (; m < m1; ++m) {
+    const Origin org = origin(m);
+    direct_block<V, NV, 1, WS>(g, &org, zeros, wt, bias, out + m * g.k + k0, valid);
+  }
+}
+
+// Work items [i0, i1): item = kb * chunks + pc, the block of output channels
+// kb (weight (kp / B, kh, kw, C, B)) over the pc-th run of `chunk` positions.
+template <class V, int NVMAX, int P>
+__attribute__((always_inline)) inline void forward_items(const float* in, const float* wt,
+                                                         const float* bias, const float* zeros,
+                                                         float* out, const Geometry& g,
+                                                         int64_t chunk, int64_t i0, int64_t i1) {
+  constexpr int W = kLanes<V>, B = NVMAX * W;
+  const int64_t positions = g.n * g.p * g.q;
+  const int64_t chunks = (positions + chunk - 1) / chunk;
+  const int64_t block_floats = g.win.kh * g.win.kw * g.c * B;
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t kb = item / chunks, m0 = item % chunks * chunk;
+    const int64_t m1 = std::min(positions, m0 + chunk);
+    const int64_t k0 = kb * B;
+    const float* wb = wt + kb * block_floats;
+    const int64_t vectors = (std::min<int64_t>(B, g.k - k0) + W - 1) / W;
+    if (vectors >= NVMAX) {
+      position_range<V, NVMAX, P, B>(g, in, zeros, wb, bias + k0, out, k0, m0, m1);
+    } else if constexpr (NVMAX > 1) {
+      switch (vectors) {
+        case 1: position_range<V, 1, P, B>(g, in, zeros, wb, bias + k0, out, k0, m0, m1); break;
+        case 2:
+          if constexpr (NVMAX > 2) position_range<V, 2, P, B>(g, in, zeros, wb, bias + k0, out, k0, m0, m1);
+          break;
+        default:
+          if constexpr (NVMAX > 3) position_range<V, 3, P, B>(g, in, zeros, wb, bias + k0, out, k0, m0, m1);
+          break;
+      }
+    }
+  }
+}
+
+// One build of forward_items per instruction set, picked at run time.
+using ForwardItems = void (*)(const float*, const float*, const float*, const float*, float*,
+                              const Geometry&, int64_t, int64_t, int64_t);
+struct ForwardIsa {
+  ForwardItems run;
+  int64_t block;  // output channels per weight block
+};
+
+void forward_items_base(const float* in, const float* wt, const float* bias, const float* zeros,
+                        float* out, const Geometry& g, int64_t chunk, int64_t i0, int64_t i1) {
+  forward_items<Float8, 1, 4>(in, wt, bias, zeros, out, g, chunk, i0, i1);
+}
+#if CUSTOMCONV_CPU_ISA_BUILDS
+__attribute__((target("arch=x86-64-v3"))) void forward_items_v3(
+    const float* in, const float* wt, const float* bias, const float* zeros, float* out,
+    const Geometry& g, int64_t chunk, int64_t i0, int64_t i1) {
+  forward_items<Float8, 2, 6>(in, wt, bias, zeros, out, g, chunk, i0, i1);
+}
+__attribute__((target("arch=x86-64-v4"))) void forward_items_v4(
+    const float* in, const float* wt, const float* bias, const float* zeros, float* out,
+    const Geometry& g, int64_t chunk, int64_t i0, int64_t i1) {
+  forward_items<Float16, 4, 6>(in, wt, bias, zeros, out, g, chunk, i0, i1);
+}
+#endif
+
+ForwardIsa forward_isa() {
+  switch (cpu_isa()) {
+#if CUSTOMCONV_CPU_ISA_BUILDS
+    case CpuIsa::kX86_64_V4: return {&forward_items_v4, 64};
+    case CpuIsa::kX86_64_V3: return {&forward_items_v3, 16};
+#endif
+    default: return {&forward_items_base, 8};
+  }
+}
+
+// channels_last_direct_cpu.h's conditions.
+bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  const Window2d& w = s.win;
+  if (input.device().type() != at::kCPU || input.scalar_type() != at::kFloat || !s.in.batched ||
+      s.groups != 1 || s.in.c < 16) {
+    return false;
+  }
+  if (w.kh != 1 || w.kw != 1) return true;
+  const bool pointwise = w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0;
+  return !pointwise && input.is_contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+}  // namespace
+
+std::optional<at::Tensor> channels_last_direct_conv2d_cpu(const at::Tensor& input_arg,
+                                                          const at::Tensor& weight,
+                                                          const std::optional<at::Tensor>& bias,
+                                                          const Conv2dShape<int64_t>& s) {
+  if (!takes(input_arg, s)) return std::nullopt;
+  const at::MemoryFormat format = conv2d_output_format(input_arg, weight);
+  at::Tensor out = empty_channels_last(input_arg, s.in.n, s.k, s.oh, s.ow);
+  if (out.numel() == 0) return out.contiguous(format);
+  const at::Tensor input = input_arg.contiguous(at::MemoryFormat::ChannelsLast);
+  const ForwardIsa isa = forward_isa();
+  const Window2d& win = s.win;
+  const int64_t b = isa.block, kp = (s.k + b - 1) / b * b;
+  const at::Tensor wt = weight_blocks_cpu(weight, b);
+  at::Tensor bp = at::zeros({kp}, input.options());
+  if (bias.has_value() && bias->defined()) bp.narrow(0, 0, s.k).copy_(*bias);
+  const Geometry g{s.in.n, s.in.c, s.in.h, s.in.w, s.k, s.oh, s.ow, win, b, kp};
+  const std::vector<float> zeros(static_cast<size_t>(s.in.c), 0.f);
+  const int64_t positions = s.in.n * s.oh * s.ow;
+  const int64_t kblocks = kp / b;
+  const int64_t threads = at::get_num_threads();
+  // Runs of positions: about 4 items per thread, whole blocks of positions.
+  const int64_t want_items = std::max<int64_t>(1, 4 * threads / kblocks);
+  int64_t chunk = (positions + want_items - 1) / want_items;
+  chunk = (chunk + 11) / 12 * 12;
+  const int64_t chunks = (positions + chunk - 1) / chunk;
+  const float* ip = input.const_data_ptr<float>();
+  const float* wp = wt.const_data_ptr<float>();
+  const float* biasp = bp.const_data_ptr<float>();
+  float* op = out.mutable_data_ptr<float>();
+  parallel_range(kblocks * chunks, 1, [&](int64_t i0, int64_t i1) {
+    isa.run(ip, wp, biasp, zeros.data(), op, g, chunk, i0, i1);
+  });
+  return out.contiguous(format);
+}
+
+}  // namespace customconv

@@ -1,0 +1,17 @@
+// conv2d's weight for the CPU's direct kernels (few_channels_direct_cpu.h,
+// channels_last_direct_cpu.h), whose vector lanes are output channels.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace customconv {
+
+// The weight (K, C, kh, kw), float32, in any layout, as (ceil(K / B), kh, kw,
+// C, B): blocks of B output channels (a multiple of 8), contiguous per tap and
+// input channel, the channels past K zero. A transpose of the weight's (K,
+// C*kh*kw) matrix in 8 x 8 register tiles, spread over ATen's threads.
+at::Tensor weight_blocks_cpu(const at::Tensor& weight, int64_t block);
+
+}  // namespace customconv

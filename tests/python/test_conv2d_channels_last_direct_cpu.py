@@ -1,0 +1,124 @@
+"""conv2d's direct CPU forward over 16 or more input channels
+(ops/conv2d/channels_last_direct_cpu.h): float32 layers with groups 1, windows
+larger than 1x1 and strided 1x1 ones on channels_last input, against F.conv2d in float64 on random geometries (odd
+sizes, padding, stride, dilation, bias or none, output channels that fill no
+whole vector, every input layout) and on ResNet-50's 3x3 layer shapes;
+F.conv2d's memory format; the same result with one thread and with two;
+layers it declines keep the other routes. The stride-1 input gradient runs
+through the same kernel (the forward of grad_output with the rotated
+weight), so the backward is checked too."""
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from testlib import DIRECT_LAYOUTS, ConvConfig, check_conv_case, conv2d_call, make_tensor, ops
+
+
+def direct_config(rng: random.Random, **fixed) -> ConvConfig:
+    kernel = rng.choice([(3, 3), (3, 3), (2, 2), (5, 5), (1, 3), (3, 1), (4, 2)])
+    stride = (rng.choice([1, 1, 2]), rng.choice([1, 1, 2, 3]))
+    dilation = (rng.choice([1, 1, 2]), rng.choice([1, 1, 2]))
+    padding = tuple(rng.randint(0, (k - 1) * d + 1) for k, d in zip(kernel, dilation))
+    size = tuple(max(1, (k - 1) * d + 1 - 2 * p) + rng.randint(0, 11)
+                 for k, d, p in zip(kernel, dilation, padding))
+    values = dict(batch=rng.choice([1, 2, 3]), in_channels=rng.choice([16, 17, 24, 32, 40, 64]),
+                  out_channels=rng.choice([1, 8, 16, 20, 48, 64, 70, 130]), groups=1,
+                  kernel=kernel, stride=stride, padding=padding, dilation=dilation, size=size,
+                  bias=rng.random() < 0.6, input_layout=rng.choice(DIRECT_LAYOUTS),
+                  weight_layout=rng.choice(["contiguous", "channels_last", "transposed"]),
+                  grad_layout=rng.choice(["contiguous", "channels_last"]))
+    values.update(fixed)
+    return ConvConfig(**values)
+
+
+def same_memory_format(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return all(a.is_contiguous(memory_format=f) == b.is_contiguous(memory_format=f)
+               for f in (torch.contiguous_format, torch.channels_last))
+
+
+@pytest.mark.parametrize("idx", range(40))
+def test_channels_last_direct_cpu_matches_torch_on_random_configs(idx, rng, gen, seed):
+    cfg = direct_config(rng)
+    out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
+    x = make_tensor(cfg.input_shape, torch.float32, "cpu", cfg.input_layout, gen)
+    w = make_tensor(cfg.weight_shape, torch.float32, "cpu", cfg.weight_layout, gen)
+    want = F.conv2d(x, w, None, *cfg.args())
+    assert same_memory_format(out, want), f"seed={seed} {cfg} {out.stride()} {want.stride()}"
+
+
+# ResNet-50's 3x3 layers (C, H, K, stride) on smaller planes.
+RESNET_3X3 = [(64, 15, 64, 1), (128, 17, 128, 2), (128, 9, 128, 1), (256, 9, 256, 2),
+              (256, 7, 256, 1), (512, 7, 512, 2), (512, 5, 512, 1)]
+
+
+@pytest.mark.parametrize("layer", RESNET_3X3, ids=[f"c{c}-h{h}-s{s}" for c, h, _, s in RESNET_3X3])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_channels_last_direct_cpu_matches_torch_on_resnet_layers(layer, layout, gen, seed):
+    c, h, k, s = layer
+    cfg = ConvConfig(batch=2, in_channels=c, out_channels=k, groups=1, kernel=(3, 3),
+                     stride=(s, s), padding=(1, 1), dilation=(1, 1), size=(h, h), bias=True,
+                     input_layout=layout, weight_layout=layout, grad_layout=layout)
+    out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
+    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    assert out.is_contiguous(memory_format=fmt)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_channels_last_direct_cpu_forward_does_not_depend_on_the_thread_count(batch, layout, gen):
+    x = make_tensor((batch, 48, 23, 21), torch.float32, "cpu", layout, gen)
+    w = make_tensor((136, 48, 3, 3), torch.float32, "cpu", layout, gen)
+    b = make_tensor((136,), torch.float32, "cpu", "contiguous", gen)
+    saved = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            outs.append(ops.conv2d(x, w, b, [1, 2], [1, 1], [1, 1], 1))
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(outs[0], outs[1])
+    want = F.conv2d(x.double(), w.double(), b.double(), (1, 2), 1)
+    torch.testing.assert_close(outs[0].double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+def test_channels_last_direct_cpu_positions_whose_windows_lie_in_the_padding_get_the_bias(gen):
+    x = make_tensor((2, 32, 3, 4), torch.float32, "cpu", "channels_last", gen)
+    w = make_tensor((24, 32, 2, 2), torch.float32, "cpu", "channels_last", gen)
+    b = make_tensor((24,), torch.float32, "cpu", "contiguous", gen)
+    got = ops.conv2d(x, w, b, [1, 1], [3, 2], [1, 1], 1)
+    want = F.conv2d(x.double(), w.double(), b.double(), 1, (3, 2))
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    torch.testing.assert_close(got[:, :, 0, 0].double(), b.double().expand(2, 24), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", ["float64", "bfloat16", "grouped", "unbatched", "pointwise",
+                                  "1x1-strided-nchw"])
+def test_channels_last_direct_cpu_cases_it_declines_keep_the_other_routes(case, rng, gen, seed):
+    fixed = {"float64": {}, "bfloat16": {},
+             "grouped": dict(in_channels=32, out_channels=16, groups=2),
+             "unbatched": dict(batch=None),
+             "pointwise": dict(kernel=(1, 1), stride=(1, 1), padding=(0, 0), dilation=(1, 1)),
+             "1x1-strided-nchw": dict(kernel=(1, 1), stride=(2, 2), padding=(0, 0),
+                                      input_layout="contiguous", weight_layout="contiguous")}[case]
+    cfg = direct_config(rng, **fixed)
+    dtype = {"float64": torch.float64, "bfloat16": torch.bfloat16}.get(case, torch.float32)
+    check_conv_case(conv2d_call(cfg), cfg, "cpu", dtype, gen, f"seed={seed} {case} {cfg}")
+
+
+@pytest.mark.parametrize("idx", range(6))
+def test_channels_last_direct_cpu_matches_torch_on_strided_1x1_windows(idx, rng, gen, seed):
+    # Taken on channels_last input only (ResNet's stride-2 1x1 projections).
+    cfg = direct_config(rng, kernel=(1, 1), dilation=(1, 1), input_layout="channels_last",
+                        stride=rng.choice([(2, 2), (1, 2), (3, 3)]), padding=rng.choice([(0, 0), (1, 0)]))
+    out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
+    assert out.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_channels_last_direct_cpu_empty_batch(rng, gen, seed):
+    cfg = direct_config(rng, batch=0)
+    out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
+    assert out.shape == cfg.output_shape
