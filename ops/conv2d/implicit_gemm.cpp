@@ -65,6 +65,8 @@ bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   return true;
 }
 
+int multiprocessors(int device) { return at::cuda::getDeviceProperties(device)->multiProcessorCount; }
+
 // The problem with the geometry of s and no tensors yet.
 implicit_gemm::ConvProblem geometry(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   const Window2d& win = s.win;
@@ -75,6 +77,7 @@ implicit_gemm::ConvProblem geometry(const at::Tensor& input, const Conv2dShape<i
   pr.stride_w = int(win.sw), pr.dilation_h = int(win.dh), pr.dilation_w = int(win.dw);
   pr.device = int(input.get_device());
   pr.stream = at::cuda::getCurrentCUDAStream().stream();
+  pr.multiprocessors = multiprocessors(pr.device);
   return pr;
 }
 
@@ -99,7 +102,6 @@ constexpr PassKernels kDgrad{&implicit_gemm::dgrad_f16, &implicit_gemm::dgrad_bf
 constexpr PassKernels kWgrad{&implicit_gemm::wgrad_f16, &implicit_gemm::wgrad_bf16,
                              &implicit_gemm::wgrad_f32};
 
-int multiprocessors(int device) { return at::cuda::getDeviceProperties(device)->multiProcessorCount; }
 
 // Reduction slices for the forward, 1 unless its 128 x 128 tiles (more than
 // 64 output channels) fill at most half the multiprocessors: then as many slices
@@ -117,14 +119,43 @@ int fprop_split_k(const Conv2dShape<int64_t>& s, int device) {
   return std::max(split, 1);
 }
 
-// Reduction slices for the weight gradient: enough blocks for about two per
-// multiprocessor, each slice at least 1024 positions long, their float32
-// planes within 48 MiB.
-int wgrad_split_k(const Conv2dShape<int64_t>& s, int device) {
-  const int64_t tiles = ((s.k + implicit_gemm::kWgradTileRows - 1) / implicit_gemm::kWgradTileRows) *
-                        ((s.win.kh * s.win.kw * s.in.c + implicit_gemm::kWgradTileCols - 1) /
-                         implicit_gemm::kWgradTileCols);
-  const int64_t wanted = (2 * int64_t(multiprocessors(device)) + tiles - 1) / tiles;
+#ifdef CUSTOMCONV_WITH_SM90A
+bool is_sm90(int device) {
+  const cudaDeviceProp* p = at::cuda::getDeviceProperties(device);
+  return p->major == 9 && p->minor == 0;
+}
+#endif
+
+// The weight gradient's kernel, from bench/tune's sweep on an H100 (ResNet-50's
+// layers at N=32, against the kernel used before, 128 x 128 throughout):
+// float32 small planes and 1x1 windows 256 x 128 (0.083 -> 0.065 ms on 28x28
+// 3x3 stride 2); 16-bit small planes the Hopper kernel (0.046 -> 0.029 ms on
+// the same layer, 0.057 -> 0.041 ms on 7x7 3x3), at most 64 output channels
+// 64 x 64 (0.107 -> 0.075 ms on 56x56 3x3 64 -> 64), 1x1 windows 128 x 64.
+using implicit_gemm::WgradTile;
+constexpr int64_t kSmallPlane = 6272;  // output positions of a 14x14 plane at N=32
+
+WgradTile wgrad_tile(const at::Tensor& input, const Conv2dShape<int64_t>& s, bool sm90) {
+  const int64_t positions = s.in.n * s.oh * s.ow;
+  const bool pointwise = s.win.kh == 1 && s.win.kw == 1;
+  if (input.scalar_type() == at::kFloat) {
+    return positions <= kSmallPlane || pointwise ? WgradTile::kWide : WgradTile::kLarge;
+  }
+  if (sm90 && positions <= kSmallPlane && s.k >= 128) return WgradTile::kSm90;
+  if (s.k <= 64) return WgradTile::kSmall;
+  if (pointwise) return WgradTile::kNarrow;
+  return WgradTile::kLarge;
+}
+
+// Reduction slices for the weight gradient: enough blocks for about `waves`
+// per multiprocessor (2; 64 x 64 tiles 4, 128 x 64 tiles 1, as measured), each
+// slice at least 1024 positions long, their float32 planes within 48 MiB.
+int wgrad_split_k(const Conv2dShape<int64_t>& s, int device, WgradTile tile) {
+  const implicit_gemm::TileRowsCols shape = implicit_gemm::wgrad_tile_shape(tile);
+  const int64_t tiles = ((s.k + shape.rows - 1) / shape.rows) *
+                        ((s.win.kh * s.win.kw * s.in.c + shape.cols - 1) / shape.cols);
+  const int64_t waves = tile == WgradTile::kSmall ? 4 : tile == WgradTile::kNarrow ? 1 : 2;
+  const int64_t wanted = (waves * int64_t(multiprocessors(device)) + tiles - 1) / tiles;
   const int64_t by_length = (s.in.n * s.oh * s.ow) / 1024;
   const int64_t plane_bytes = s.k * s.win.kh * s.win.kw * s.in.c * 4;
   const int64_t by_memory = (int64_t(48) << 20) / plane_bytes;
@@ -298,12 +329,25 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& gra
   if (!aligned16(go)) return std::nullopt;
   const Conv2dShape<int64_t>& xs = x->s;
   implicit_gemm::ConvProblem pr = geometry(input, xs);
-  pr.split_k = wgrad_split_k(xs, pr.device);
+  pr.input = const_cast<void*>(x->t.const_data_ptr());
+  pr.output = const_cast<void*>(go.const_data_ptr());
+#ifdef CUSTOMCONV_WITH_SM90A
+  pr.wgrad_tile = wgrad_tile(input, xs, is_sm90(pr.device));
+  if (pr.wgrad_tile == WgradTile::kSm90) {
+    // One pass, written in the element type: (K, kh, kw, C) in memory.
+    const at::Tensor gw = at::empty({xs.k, xs.in.c, xs.win.kh, xs.win.kw},
+                                    input.options().memory_format(kChannelsLast));
+    pr.weight = gw.mutable_data_ptr();
+    const bool launched = input.scalar_type() == at::kHalf ? implicit_gemm::wgrad_sm90_f16(pr)
+                                                           : implicit_gemm::wgrad_sm90_bf16(pr);
+    if (launched) return in_format(xs.in.c == s.in.c ? gw : gw.narrow(1, 0, s.in.c), input, weight);
+  }
+#endif
+  pr.wgrad_tile = wgrad_tile(input, xs, false);
+  pr.split_k = wgrad_split_k(xs, pr.device, pr.wgrad_tile);
   // The slices' float32 (K, kh, kw, C) planes, summed in order and rounded once.
   const at::Tensor planes = at::empty({pr.split_k, xs.k, xs.win.kh, xs.win.kw, xs.in.c},
                                       input.options().dtype(at::kFloat));
-  pr.input = const_cast<void*>(x->t.const_data_ptr());
-  pr.output = const_cast<void*>(go.const_data_ptr());
   pr.weight = planes.mutable_data_ptr();
   if (!kWgrad(input, pr)) return std::nullopt;
   // (K, kh, kw, C) in memory: the (K, C, kh, kw) gradient, channels_last; the

@@ -98,6 +98,18 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& gra
 
 namespace implicit_gemm {
 
+// The weight gradient's kernel, chosen per problem by implicit_gemm.cpp from
+// the tile sweep's measurements on an H100 (bench/tune): rows x columns of
+// the (K, kh*kw*C) result per block.
+enum class WgradTile {
+  kLarge,   // 128 x 128 (the general case)
+  kSmall,   // 64 x 64, 16-bit: at most 64 output channels
+  kNarrow,  // 128 x 64, 16-bit: 1x1 windows (strided; stride 1 is one GEMM)
+  kWide,    // 256 x 128, float32: small planes and 1x1 windows
+  kSm90,    // 16-bit on sm_90: CUTLASS's Hopper kernel (TMA, warpgroup MMA), 128 x 64,
+            // one pass written in the element type (small planes)
+};
+
 // One convolution as the kernels take it: NHWC activation, KRSC filter, NPQK
 // output. The pass decides which are read and which is written: fprop writes
 // `output` (adding `bias`, K elements, where not null); dgrad writes `input`;
@@ -127,14 +139,29 @@ struct ConvProblem {
   // split-K sum, and decline them (false) otherwise.
   const void* residual = nullptr;
   Activation activation = Activation::kIdentity;
+  // The device's multiprocessors (the tile choice of dgrad reads it).
+  int multiprocessors = 0;
+  // wgrad only: the kernel (its split_k planes sized for that kernel's tile).
+  WgradTile wgrad_tile = WgradTile::kLarge;
 };
 
 // The output channels of a grouped fprop's block, and the depth of its
 // reduction steps: both lie inside one group.
 constexpr int kGroupTile = 32;
 
-// The weight gradient's tile (rows: K, columns: kh*kw*C).
-constexpr int kWgradTileRows = 128, kWgradTileCols = 128;
+// The weight gradient's tile (rows: K, columns: kh*kw*C) per kernel.
+struct TileRowsCols {
+  int rows, cols;
+};
+constexpr TileRowsCols wgrad_tile_shape(WgradTile t) {
+  switch (t) {
+    case WgradTile::kSmall: return {64, 64};
+    case WgradTile::kNarrow:
+    case WgradTile::kSm90: return {128, 64};
+    case WgradTile::kWide: return {256, 128};
+    default: return {128, 128};
+  }
+}
 
 // One set per element type, each its own translation unit; false: not launched.
 bool fprop_f16(const ConvProblem& problem);
@@ -150,6 +177,11 @@ bool dgrad_f32(const ConvProblem& problem);
 bool wgrad_f16(const ConvProblem& problem);
 bool wgrad_bf16(const ConvProblem& problem);
 bool wgrad_f32(const ConvProblem& problem);
+// The Hopper weight gradient (wgrad_tile kSm90): `weight` written in the
+// element type in one pass (split_k 1); false where the build has no sm_90a
+// code or the device is not sm_90.
+bool wgrad_sm90_f16(const ConvProblem& problem);
+bool wgrad_sm90_bf16(const ConvProblem& problem);
 
 }  // namespace implicit_gemm
 // Grouped layers' gradients (groups 2 to 32): the dense problem over all

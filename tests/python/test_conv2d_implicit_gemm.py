@@ -74,15 +74,39 @@ def test_implicit_gemm_matches_torch_on_resnet_layers(dtype, layer, gen, seed):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layer", [
+    # Planes larger than the small-plane kernels take (more than 6272 output
+    # positions), so that every weight-gradient kernel runs: 128 x 128, 64 x 64
+    # (at most 64 output channels) and 128 x 64 (1x1) in 16-bit, 128 x 128 and
+    # 256 x 128 in float32; and the input gradient's 128 x 128 tiles (enough
+    # tiles to fill the multiprocessors) next to its 128 x 64 ones.
+    dict(batch=4, in_channels=64, out_channels=96, kernel=(3, 3), stride=(1, 1), padding=(1, 1), size=(48, 48)),
+    dict(batch=4, in_channels=256, out_channels=128, kernel=(3, 3), stride=(1, 1), padding=(1, 1),
+         size=(64, 64)),
+    dict(batch=4, in_channels=128, out_channels=256, kernel=(1, 1), stride=(2, 2), padding=(0, 0),
+         size=(96, 96)),
+    dict(batch=8, in_channels=64, out_channels=64, kernel=(3, 3), stride=(1, 1), padding=(1, 1), size=(32, 32)),
+], ids=["64to96-48-3x3", "256to128-64-3x3", "128to256-96-1x1-s2", "64-32-3x3"])
+def test_implicit_gemm_kernel_choices_on_larger_planes(dtype, layer, gen, seed):
+    cfg = ConvConfig(groups=1, dilation=(1, 1), bias=True, input_layout="channels_last",
+                     weight_layout="channels_last", grad_layout="channels_last", **layer)
+    out = check_conv_case(conv2d_call(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
+    assert out.is_contiguous(memory_format=torch.channels_last), cfg
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kernel", [1, 3], ids=["1x1", "3x3"])
 @pytest.mark.parametrize("stride", [1, 2], ids=["s1", "s2"])
+@pytest.mark.parametrize("out_channels", [96, 128], ids=["K96", "K128"])
 def test_implicit_gemm_gradients_are_channels_last_and_the_weight_gradient_reproducible(
-        dtype, kernel, stride, gen):
-    # A reduction long enough to be split into slices (8 images of 40x40):
-    # the same inputs give bitwise the same weight gradient; both gradients
-    # are channels_last, as F.conv2d's are, and match float64.
+        dtype, kernel, stride, out_channels, gen):
+    # A reduction long enough to be split into slices (8 images of 40x40), or,
+    # in 16-bit with 128 output channels and stride 2, the small-plane kernel
+    # of sm_90 devices (one pass): the same inputs give bitwise the same weight
+    # gradient; both gradients are channels_last, as F.conv2d's are, and match
+    # float64.
     x = make_tensor((8, 64, 40, 40), dtype, "cuda", "channels_last", gen)
-    w = make_tensor((96, 64, kernel, kernel), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((out_channels, 64, kernel, kernel), dtype, "cuda", "channels_last", gen)
     args = ([stride, stride], [kernel // 2, kernel // 2], [1, 1], 1)
     y = F.conv2d(x.double(), w.double(), None, stride, kernel // 2)
     go = make_tensor(y.shape, dtype, "cuda", "channels_last", gen)
