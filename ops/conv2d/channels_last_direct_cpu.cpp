@@ -179,9 +179,7 @@ bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
       s.groups != 1 || s.in.c < 16) {
     return false;
   }
-  if (w.kh != 1 || w.kw != 1) return true;
-  const bool pointwise = w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0;
-  return !pointwise && input.is_contiguous(at::MemoryFormat::ChannelsLast);
+  return (w.kh != 1 || w.kw != 1) || input.is_contiguous(at::MemoryFormat::ChannelsLast);
 }
 
 }  // namespace

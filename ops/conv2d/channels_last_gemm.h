@@ -23,8 +23,9 @@
 // Windows over fewer than 16 channels, and bfloat16 (whose column route
 // accumulates in float32), keep the column route. The float32 forward goes to
 // the direct kernels first (channels_last_direct_cpu.h,
-// few_channels_direct_cpu.h), which take every case this route would; the
-// forward here serves float64, and the weight gradient every dtype.
+// few_channels_direct_cpu.h, pointwise windows included), which take every
+// case this route would; the forward here serves float64, and the weight
+// gradient every dtype.
 #pragma once
 
 #include <ATen/core/Tensor.h>

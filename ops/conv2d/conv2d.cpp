@@ -163,11 +163,15 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
     return in_format(depthwise_conv2d_impl(kernels.depthwise, input_arg, weight_arg, bias, stride,
                                            padding, dilation));
   }
+  const Conv2dEngines& engines = kernels.engines;
+  if (engines.forward != nullptr && engines.forward_before_pointwise) {
+    if (auto out = engines.forward(input_arg, weight_arg, bias, s)) return *out;
+  }
   if (format == at::MemoryFormat::ChannelsLast) {
     if (auto out = pointwise_conv2d(kernels.gemm, input_arg, weight_arg, bias, s)) return *out;
   }
-  if (kernels.engines.forward != nullptr) {
-    if (auto out = kernels.engines.forward(input_arg, weight_arg, bias, s)) return *out;
+  if (engines.forward != nullptr && !engines.forward_before_pointwise) {
+    if (auto out = engines.forward(input_arg, weight_arg, bias, s)) return *out;
   }
   const Plan p = make_plan(s, input_arg, Pass::kForward);
   at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow}, input_arg.options());

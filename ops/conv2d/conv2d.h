@@ -67,6 +67,10 @@ struct Conv2dEngines {
   Conv2dBackwardEngine grad_input = nullptr;
   Conv2dBackwardEngine grad_weight = nullptr;
   Conv2dFusedEngine fused_forward = nullptr;
+  // Whether `forward` is tried before the pointwise GEMM route
+  // (pointwise_gemm.h) on channels_last data (the CPU's direct kernels beat
+  // its GEMM), rather than after it.
+  bool forward_before_pointwise = false;
 };
 
 struct Conv2dKernels {
@@ -95,7 +99,8 @@ std::optional<at::Tensor> cpu_conv2d_grad_weight_engine(const at::Tensor& grad_o
 
 inline Conv2dKernels cpu_conv2d_kernels() {
   return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels(),
-          {&cpu_conv2d_engine, &cpu_conv2d_grad_input_engine, &cpu_conv2d_grad_weight_engine}};
+          {&cpu_conv2d_engine, &cpu_conv2d_grad_input_engine, &cpu_conv2d_grad_weight_engine,
+           /*fused_forward=*/nullptr, /*forward_before_pointwise=*/true}};
 }
 // Whether conv2d_grad_input_impl can run the input gradient as the forward
 // convolution of grad_output with the rotated weight (stride 1, the rotated

@@ -10,7 +10,10 @@
 // bias is added by at::addmm's epilogue where that follows the same policy
 // (16-bit and float64; the CPU), else by one more pass. Results are
 // channels_last. Each function declines (nullopt) where the case is not one it
-// takes, and conv2d.cpp tries it before the other routes.
+// takes, and conv2d.cpp tries it before the other routes, except that the
+// CPU's float32 forward goes to its direct kernel first
+// (channels_last_direct_cpu.h, few_channels_direct_cpu.h; measured faster
+// than ATen's GEMM on ResNet-50's 1x1 layers).
 #pragma once
 
 #include <ATen/core/Tensor.h>

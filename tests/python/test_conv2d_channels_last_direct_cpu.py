@@ -1,6 +1,6 @@
 """conv2d's direct CPU forward over 16 or more input channels
 (ops/conv2d/channels_last_direct_cpu.h): float32 layers with groups 1, windows
-larger than 1x1 and strided 1x1 ones on channels_last input, against F.conv2d in float64 on random geometries (odd
+larger than 1x1 and 1x1 ones on channels_last input, against F.conv2d in float64 on random geometries (odd
 sizes, padding, stride, dilation, bias or none, output channels that fill no
 whole vector, every input layout) and on ResNet-50's 3x3 layer shapes;
 F.conv2d's memory format; the same result with one thread and with two;
@@ -95,13 +95,14 @@ def test_channels_last_direct_cpu_positions_whose_windows_lie_in_the_padding_get
     torch.testing.assert_close(got[:, :, 0, 0].double(), b.double().expand(2, 24), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("case", ["float64", "bfloat16", "grouped", "unbatched", "pointwise",
+@pytest.mark.parametrize("case", ["float64", "bfloat16", "grouped", "unbatched", "pointwise-nchw",
                                   "1x1-strided-nchw"])
 def test_channels_last_direct_cpu_cases_it_declines_keep_the_other_routes(case, rng, gen, seed):
     fixed = {"float64": {}, "bfloat16": {},
              "grouped": dict(in_channels=32, out_channels=16, groups=2),
              "unbatched": dict(batch=None),
-             "pointwise": dict(kernel=(1, 1), stride=(1, 1), padding=(0, 0), dilation=(1, 1)),
+             "pointwise-nchw": dict(kernel=(1, 1), stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+                                    input_layout="contiguous", weight_layout="contiguous"),
              "1x1-strided-nchw": dict(kernel=(1, 1), stride=(2, 2), padding=(0, 0),
                                       input_layout="contiguous", weight_layout="contiguous")}[case]
     cfg = direct_config(rng, **fixed)
@@ -109,11 +110,13 @@ def test_channels_last_direct_cpu_cases_it_declines_keep_the_other_routes(case, 
     check_conv_case(conv2d_call(cfg), cfg, "cpu", dtype, gen, f"seed={seed} {case} {cfg}")
 
 
-@pytest.mark.parametrize("idx", range(6))
-def test_channels_last_direct_cpu_matches_torch_on_strided_1x1_windows(idx, rng, gen, seed):
-    # Taken on channels_last input only (ResNet's stride-2 1x1 projections).
+@pytest.mark.parametrize("idx", range(8))
+def test_channels_last_direct_cpu_matches_torch_on_1x1_windows(idx, rng, gen, seed):
+    # Taken on channels_last input only (ResNet's 1x1 layers: pointwise, and
+    # the stride-2 projections), ahead of the pointwise GEMM.
     cfg = direct_config(rng, kernel=(1, 1), dilation=(1, 1), input_layout="channels_last",
-                        stride=rng.choice([(2, 2), (1, 2), (3, 3)]), padding=rng.choice([(0, 0), (1, 0)]))
+                        stride=rng.choice([(1, 1), (2, 2), (1, 2), (3, 3)]),
+                        padding=rng.choice([(0, 0), (0, 0), (1, 0)]))
     out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
     assert out.is_contiguous(memory_format=torch.channels_last)
 
