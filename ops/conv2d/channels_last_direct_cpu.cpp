@@ -20,27 +20,29 @@ struct Geometry {
   Window2d win;
   int64_t block;  // output channels per weight block (B)
   int64_t kp;     // output channels padded to whole blocks
+  // The positions in the order blocks take them, or null: (n, y, x) order.
+  const int64_t* order;
 };
 
-// The top-left input pixel of an output position's window, and its image.
+// An output position: the top-left input pixel of its window, its image, and
+// its output channels (of the block being computed).
 struct Origin {
   const float* img;
   int64_t iy, ix;
+  float* out;
 };
 
-// P output positions (consecutive in (n, y, x) order; their outputs at out,
-// out + K, ...) x NV vectors of W output channels: P * NV accumulators,
+// P output positions x NV vectors of W output channels: P * NV accumulators,
 // started from the bias. For each tap (i, j), each position's C input
 // channels at that tap lie at one pointer (a row of zeros where the tap falls
-// in the padding); for each input channel c, the P values are each broadcast
-// and multiplied by the tap's NV weight vectors of c, read from wt: (kh, kw,
-// C, WS floats) with the block's channels first. Lanes past `valid` are not
-// stored.
+// in the padding; a tap in the padding for all P is skipped); for each input
+// channel c, the P values are each broadcast and multiplied by the tap's NV
+// weight vectors of c, read from wt: (kh, kw, C, WS floats) with the block's
+// channels first. Lanes past `valid` are not stored.
 template <class V, int NV, int P, int WS>
 __attribute__((always_inline)) inline void direct_block(const Geometry& g, const Origin* org,
                                                         const float* zeros, const float* wt,
-                                                        const float* bias, float* out,
-                                                        int64_t valid) {
+                                                        const float* bias, int64_t valid) {
   constexpr int W = kLanes<V>;
   const Window2d& k = g.win;
   V acc[P][NV];
@@ -51,11 +53,14 @@ __attribute__((always_inline)) inline void direct_block(const Geometry& g, const
   for (int64_t i = 0; i < k.kh; ++i) {
     for (int64_t j = 0; j < k.kw; ++j) {
       const float* src[P];
+      bool any = false;
       for (int t = 0; t < P; ++t) {
         const int64_t iy = org[t].iy + i * k.dh, ix = org[t].ix + j * k.dw;
-        src[t] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w ? org[t].img + (iy * g.w + ix) * g.c
-                                                              : zeros;
+        const bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+        src[t] = inside ? org[t].img + (iy * g.w + ix) * g.c : zeros;
+        any = any || inside;
       }
+      if (!any) continue;
       const float* w = wt + (i * k.kw + j) * g.c * WS;
       for (int64_t c = 0; c < g.c; ++c) {
         V wv[NV];
@@ -68,7 +73,7 @@ __attribute__((always_inline)) inline void direct_block(const Geometry& g, const
     }
   }
   for (int t = 0; t < P; ++t) {
-    float* d = out + t * g.k;
+    float* d = org[t].out;
     if (valid >= NV * W) {
       for (int v = 0; v < NV; ++v) storev(d + v * W, acc[t][v]);
     } else {
@@ -79,8 +84,9 @@ __attribute__((always_inline)) inline void direct_block(const Geometry& g, const
   }
 }
 
-// Output positions [m0, m1) (m = (n * p + y) * q + x) for the block of
-// output channels at k0: blocks of P positions, then one at a time.
+// Entries [m0, m1) of the position order (g.order[e] = (n * p + y) * q + x;
+// without one, e itself) for the block of output channels at k0: blocks of P
+// positions, then one at a time.
 template <class V, int NV, int P, int WS>
 __attribute__((always_inline)) inline void position_range(const Geometry& g, const float* in,
                                                           const float* zeros, const float* wt,
@@ -88,19 +94,21 @@ __attribute__((always_inline)) inline void position_range(const Geometry& g, con
                                                           int64_t k0, int64_t m0, int64_t m1) {
   const Window2d& k = g.win;
   const int64_t valid = std::min<int64_t>(NV * kLanes<V>, g.k - k0);
-  const auto origin = [&](int64_t m) {
+  const auto origin = [&](int64_t e) {
+    const int64_t m = g.order != nullptr ? g.order[e] : e;
     const int64_t x = m % g.q, r = m / g.q;
-    return Origin{in + (r / g.p) * g.h * g.w * g.c, (r % g.p) * k.sh - k.ph, x * k.sw - k.pw};
+    return Origin{in + (r / g.p) * g.h * g.w * g.c, (r % g.p) * k.sh - k.ph, x * k.sw - k.pw,
+                  out + m * g.k + k0};
   };
-  int64_t m = m0;
-  for (; m + P <= m1; m += P) {
+  int64_t e = m0;
+  for (; e + P <= m1; e += P) {
     Origin org[P];
-    for (int t = 0; t < P; ++t) org[t] = origin(m + t);
-    direct_block<V, NV, P, WS>(g, org, zeros, wt, bias, out + m * g.k + k0, valid);
+    for (int t = 0; t < P; ++t) org[t] = origin(e + t);
+    direct_block<V, NV, P, WS>(g, org, zeros, wt, bias, valid);
   }
-  for (; m < m1; ++m) {
-    const Origin org = origin(m);
-    direct_block<V, NV, 1, WS>(g, &org, zeros, wt, bias, out + m * g.k + k0, valid);
+  for (; e < m1; ++e) {
+    const Origin org = origin(e);
+    direct_block<V, NV, 1, WS>(g, &org, zeros, wt, bias, valid);
   }
 }
 
@@ -172,6 +180,39 @@ ForwardIsa forward_isa() {
   }
 }
 
+// The output positions grouped by the edges of the input their windows
+// cross (none first, then top, bottom, left, right and their corners), each
+// group in (n, y, x) order, so that a block of positions mostly shares the
+// taps that fall in the padding and skips them; empty where no window
+// crosses an edge.
+std::vector<int64_t> position_order(const Conv2dShape<int64_t>& s) {
+  const Window2d& k = s.win;
+  const auto crossed = [](int64_t start, int64_t extent, int64_t size) {
+    return (start < 0 ? 1 : 0) | (start + extent > size ? 2 : 0);
+  };
+  std::vector<uint8_t> cls(static_cast<size_t>(s.oh * s.ow));
+  bool edges = false;
+  for (int64_t y = 0; y < s.oh; ++y) {
+    const int rows = crossed(y * k.sh - k.ph, k.extent_h(), s.in.h);
+    for (int64_t x = 0; x < s.ow; ++x) {
+      const int c = rows | crossed(x * k.sw - k.pw, k.extent_w(), s.in.w) << 2;
+      cls[y * s.ow + x] = static_cast<uint8_t>(c);
+      edges = edges || c != 0;
+    }
+  }
+  std::vector<int64_t> order;
+  if (!edges) return order;
+  order.reserve(static_cast<size_t>(s.in.n * s.oh * s.ow));
+  for (int c = 0; c < 16; ++c) {
+    for (int64_t n = 0; n < s.in.n; ++n) {
+      for (int64_t m = 0; m < s.oh * s.ow; ++m) {
+        if (cls[m] == c) order.push_back(n * s.oh * s.ow + m);
+      }
+    }
+  }
+  return order;
+}
+
 // channels_last_direct_cpu.h's conditions.
 bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   const Window2d& w = s.win;
@@ -199,7 +240,9 @@ std::optional<at::Tensor> channels_last_direct_conv2d_cpu(const at::Tensor& inpu
   const at::Tensor wt = weight_blocks_cpu(weight, b);
   at::Tensor bp = at::zeros({kp}, input.options());
   if (bias.has_value() && bias->defined()) bp.narrow(0, 0, s.k).copy_(*bias);
-  const Geometry g{s.in.n, s.in.c, s.in.h, s.in.w, s.k, s.oh, s.ow, win, b, kp};
+  const std::vector<int64_t> order = position_order(s);
+  const Geometry g{s.in.n, s.in.c, s.in.h, s.in.w, s.k, s.oh, s.ow, win, b, kp,
+                   order.empty() ? nullptr : order.data()};
   const std::vector<float> zeros(static_cast<size_t>(s.in.c), 0.f);
   const int64_t positions = s.in.n * s.oh * s.ow;
   const int64_t kblocks = kp / b;

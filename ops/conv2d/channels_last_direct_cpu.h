@@ -5,17 +5,18 @@
 //
 // Output channels are the vector lanes: a block of 4 vectors of 16 channels
 // (x86-64-v4 build; 2 vectors of 8 for AVX2, 1 for the baseline) accumulates
-// at 6 output positions at once (consecutive in (n, y, x) order, so blocks
-// run across rows and images and small planes fill them too), each input
-// value broadcast to the lanes; a position's taps in the padding read a row of
-// zeros. Work items are (block of output channels, run of positions), spread
+// at 6 output positions at once, each input value broadcast to the lanes.
+// Positions are taken grouped by the input edges their windows cross, each
+// group in (n, y, x) order: blocks run across rows and images (small planes
+// fill them too) and mostly share the taps that fall in the padding, which
+// they skip (another position's tap there reads a row of zeros). Work items are (block of output channels, run of positions), spread
 // over ATen's threads; each output is summed in the same order whatever the
 // thread count. The weight is read as blocks of output channels
 // (weight_blocks_cpu.h), the bias added first.
 //
 // The input is read channels_last (an NCHW one is changed first; the result
 // has F.conv2d's memory format). Measured against the GEMM routes on ResNet-50's
-// layers at N=4 (2-core AVX-512 machine): 3x3 4.2-4.7 ms where they took
+// layers at N=4 (2-core AVX-512 machine): 3x3 4.0-4.5 ms where they took
 // 5.1-6.1 ms; stride-2 1x1 3.9-4.3 ms against 4.2-4.8; pointwise 1x1
 // 0.5-4.0 ms against 0.56-4.3 (the CPU tries this route before the
 // pointwise GEMM, conv2d.h's Conv2dEngines::forward_before_pointwise).
