@@ -190,24 +190,19 @@ std::vector<int64_t> position_order(const Conv2dShape<int64_t>& s) {
   const auto crossed = [](int64_t start, int64_t extent, int64_t size) {
     return (start < 0 ? 1 : 0) | (start + extent > size ? 2 : 0);
   };
-  std::vector<uint8_t> cls(static_cast<size_t>(s.oh * s.ow));
-  bool edges = false;
+  std::vector<std::vector<int64_t>> groups(16);  // one image's positions per group
   for (int64_t y = 0; y < s.oh; ++y) {
     const int rows = crossed(y * k.sh - k.ph, k.extent_h(), s.in.h);
     for (int64_t x = 0; x < s.ow; ++x) {
-      const int c = rows | crossed(x * k.sw - k.pw, k.extent_w(), s.in.w) << 2;
-      cls[y * s.ow + x] = static_cast<uint8_t>(c);
-      edges = edges || c != 0;
+      groups[rows | crossed(x * k.sw - k.pw, k.extent_w(), s.in.w) << 2].push_back(y * s.ow + x);
     }
   }
   std::vector<int64_t> order;
-  if (!edges) return order;
+  if (groups[0].size() == static_cast<size_t>(s.oh * s.ow)) return order;  // no edges
   order.reserve(static_cast<size_t>(s.in.n * s.oh * s.ow));
-  for (int c = 0; c < 16; ++c) {
+  for (const std::vector<int64_t>& group : groups) {
     for (int64_t n = 0; n < s.in.n; ++n) {
-      for (int64_t m = 0; m < s.oh * s.ow; ++m) {
-        if (cls[m] == c) order.push_back(n * s.oh * s.ow + m);
-      }
+      for (const int64_t m : group) order.push_back(n * s.oh * s.ow + m);
     }
   }
   return order;
