@@ -1,4 +1,5 @@
-"""Host cost per call of customconv's ops against PyTorch's, on inputs so small
+"""Host cost per call of customconv's ops (torch.ops.customconv.*, as the
+nn modules and TorchScript call them) against PyTorch's, on inputs so small
 that the device work is negligible: many calls queued back to back with one
 synchronize at the end, so the time per call is what the host spends issuing
 it (argument checks, dispatch, allocation, launch).
@@ -45,6 +46,8 @@ def cases(device: str, dtype: torch.dtype) -> Dict[str, Dict[str, Callable]]:
     mk = lambda *shape, grad=False: torch.randn(*shape, device=device, dtype=dtype,  # noqa: E731
                                                 requires_grad=grad)
     out: Dict[str, Dict[str, Callable]] = {}
+    # The registered ops, as customconv.nn's modules and TorchScript call them.
+    ops, one, zero = torch.ops.customconv, [1, 1], [0, 0]
 
     def add(name, ours, theirs, args):
         grads = [a.detach().clone().requires_grad_() for a in args]
@@ -59,20 +62,32 @@ def cases(device: str, dtype: torch.dtype) -> Dict[str, Dict[str, Callable]]:
                      "ours_bwd": bwd(ours), "torch_bwd": bwd(theirs)}
 
     x, w, b = mk(1, 8, 8, 8), mk(8, 8, 3, 3), mk(8)
-    add("conv2d 3x3", lambda x, w, b: customconv.conv2d(x, w, b, 1, 1),
+    add("conv2d 3x3", lambda x, w, b: ops.conv2d(x, w, b, one, one, one, 1),
         lambda x, w, b: F.conv2d(x, w, b, 1, 1), (x, w, b))
     w1 = mk(8, 8, 1, 1)
-    add("conv2d 1x1", lambda x, w, b: customconv.conv2d(x, w, b),
+    add("conv2d 1x1", lambda x, w, b: ops.conv2d(x, w, b, one, zero, one, 1),
         lambda x, w, b: F.conv2d(x, w, b), (x, w1, b))
     xcl = x.contiguous(memory_format=torch.channels_last)
     wcl = w.contiguous(memory_format=torch.channels_last)
-    add("conv2d 3x3 channels_last", lambda x, w, b: customconv.conv2d(x, w, b, 1, 1),
+    add("conv2d 3x3 channels_last", lambda x, w, b: ops.conv2d(x, w, b, one, one, one, 1),
         lambda x, w, b: F.conv2d(x, w, b, 1, 1), (xcl, wcl, b))
     wd = mk(8, 1, 3, 3)
-    add("depthwise_conv2d 3x3", lambda x, w, b: customconv.depthwise_conv2d(x, w, b, 1, 1),
+    add("depthwise_conv2d 3x3", lambda x, w, b: ops.depthwise_conv2d(x, w, b, one, one, one),
         lambda x, w, b: F.conv2d(x, w, b, 1, 1, 1, 8), (x, wd, b))
+    add("depthwise_conv2d 3x3 channels_last", lambda x, w, b: ops.depthwise_conv2d(x, w, b, one, one, one),
+        lambda x, w, b: F.conv2d(x, w, b, 1, 1, 1, 8), (xcl, wd, b))
+    w1cl = w1.contiguous(memory_format=torch.channels_last)
+    add("conv2d 1x1 channels_last", lambda x, w, b: ops.conv2d(x, w, b, one, zero, one, 1),
+        lambda x, w, b: F.conv2d(x, w, b), (xcl, w1cl, b))
+    res = mk(1, 8, 8, 8).contiguous(memory_format=torch.channels_last)
+    add("conv2d_fused 3x3 channels_last relu",
+        lambda x, w, b: ops.conv2d_fused(x, w, b, one, one, one, 1, "relu", None),
+        lambda x, w, b: F.relu(F.conv2d(x, w, b, 1, 1)), (xcl, wcl, b))
+    add("conv2d_fused 3x3 channels_last residual relu",
+        lambda x, w, b: ops.conv2d_fused(x, w, b, one, one, one, 1, "relu", res),
+        lambda x, w, b: F.relu(F.conv2d(x, w, b, 1, 1) + res), (xcl, wcl, b))
     k = mk(3, 3)
-    add("filter2d 3x3", lambda x, k: customconv.filter2d(x, k),
+    add("filter2d 3x3", lambda x, k: ops.filter2d(x, k, "zeros"),
         lambda x, k: F.conv2d(x.reshape(-1, 1, 8, 8), k[None, None], None, 1, 1).reshape(x.shape),
         (x, k))
     return out

@@ -73,6 +73,8 @@ DepthwiseKernels cpu_depthwise_kernels();
 DepthwiseChannelsLastKernels cpu_depthwise_channels_last_kernels();
 #ifdef CUSTOMCONV_WITH_CUDA
 DepthwiseKernels cuda_depthwise_kernels();
+// The forward on channels_last tensors (depthwise_channels_last_cuda.cu).
+DepthwiseChannelsLastKernels cuda_depthwise_channels_last_kernels();
 #endif
 
 // activation(depthwise_conv2d(...)), the activation applied by the kernels

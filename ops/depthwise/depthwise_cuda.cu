@@ -433,10 +433,10 @@ bool grad_weight_bias_cuda(const at::Tensor& grad_output, const at::Tensor& inpu
 }  // namespace
 
 DepthwiseKernels cuda_depthwise_kernels() {
-  // No channels_last kernels: direct channels_last kernels (vectors of channels
-  // per thread) measured slower than these NCHW kernels with the layout
-  // changed in and out (bench/NOTES.md).
-  return {&forward_cuda, &grad_input_cuda, &grad_weight_cuda, &grad_weight_bias_cuda, {}};
+  // channels_last: the forward has its own tiled kernel; the gradients use
+  // these NCHW kernels with the layout changed in and out.
+  return {&forward_cuda, &grad_input_cuda, &grad_weight_cuda, &grad_weight_bias_cuda,
+          cuda_depthwise_channels_last_kernels()};
 }
 
 }  // namespace customconv

@@ -1,0 +1,233 @@
+// depthwise_conv2d's forward on channels_last tensors on CUDA: the input read
+// and the output written in place, with no layout change (the NCHW kernels
+// need one each way, two passes over memory that cost more than the
+// convolution on ConvNeXt's and MobileNet's layers).
+//
+// Square windows of 3, 5 or 7 taps, stride 1 or 2, no dilation, channel
+// multiplier 1, channels a whole number of 16-byte vectors (8 in 16-bit, 4 in
+// float32); float16, bfloat16 and float32. Other calls return false and keep
+// the NCHW kernels.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "ops/common/kernel_fit.h"
+#include "ops/depthwise/depthwise.h"
+
+namespace customconv {
+namespace {
+
+// A block computes kRows x kCols<S> output positions of one image for
+// kChannels channels. Its threads: kPairs channel pairs x (kRows x kStrips)
+// runs; thread (pair, run) computes channels c0 + 2*pair and c0 + 2*pair + 1
+// at kRun<S> consecutive positions of one output row (8 at stride 1, 4 at
+// stride 2, whose input tile is four times the size). Neighbouring threads
+// take neighbouring channel pairs (coalesced stores: a position's channels
+// are contiguous), and a warp's two runs lie in neighbouring rows.
+constexpr int kChannels = 32;
+constexpr int kPairs = kChannels / 2;
+constexpr int kRows = 8;
+constexpr int kStrips = 4;
+template <int S>
+constexpr int kRun = S == 1 ? 8 : 4;
+template <int S>
+constexpr int kCols = kStrips * kRun<S>;
+constexpr int kThreads = kPairs * kRows * kStrips;  // 512
+
+template <typename T>
+struct alignas(2 * sizeof(T)) Two {
+  T a, b;
+};
+
+struct Geometry {
+  int c, h, w, oh, ow, pad_h, pad_w, col_tiles;
+};
+
+// The staged input tile: the rows and columns the block's outputs read, each
+// position's kChannels channels contiguous, rows `pitch` elements apart.
+// 16-bit rows are padded to an odd multiple of 16 words, so that the warp's
+// two runs (neighbouring rows) read different shared-memory banks.
+template <typename T, int K, int S>
+struct Tile {
+  static constexpr int kInRows = (kRows - 1) * S + K;
+  static constexpr int kInCols = (kCols<S> - 1) * S + K;
+  static constexpr int kPitch =
+      kInCols * kChannels + (sizeof(T) == 2 && kInCols % 2 == 0 ? kChannels : 0);
+  static constexpr size_t kWeightBytes = size_t(K) * K * kChannels * sizeof(float);
+  static constexpr size_t kShared = kWeightBytes + size_t(kInRows) * kPitch * sizeof(T);
+  // The input tile in 16-byte vectors, and each thread's share of them.
+  static constexpr int kVec = 16 / int(sizeof(T));
+  static constexpr int kVecsPerPosition = kChannels / kVec;
+  static constexpr int kVecs = kInRows * kInCols * kVecsPerPosition;
+  static constexpr int kFillSteps = (kVecs + kThreads - 1) / kThreads;
+};
+
+// Stages the block's taps (float, [tap][channel]) and input tile (zeros
+// outside the image and past the last channel) in shared memory, each
+// thread's 16-byte loads all issued before their stores; then each thread
+// sums the K x K taps of its 2 x kRun outputs in float, one window row at a
+// time: the row's (kRun - 1) * S + K input pairs are read once from shared
+// memory and used by every output of the run. Stores act(sum + bias),
+// rounded once.
+template <typename T, int K, int S>
+__global__ void __launch_bounds__(kThreads)
+    depthwise_channels_last_kernel(const T* __restrict__ in, const T* __restrict__ wt,
+                                   const T* __restrict__ bias, T* __restrict__ out, Geometry g,
+                                   Activation act) {
+  using TileT = Tile<T, K, S>;
+  extern __shared__ __align__(16) unsigned char shared[];
+  float* taps = reinterpret_cast<float*>(shared);
+  T* tile = reinterpret_cast<T*>(shared + TileT::kWeightBytes);
+
+  const int c0 = blockIdx.y * kChannels;
+  const int oy0 = (blockIdx.x / g.col_tiles) * kRows, ox0 = (blockIdx.x % g.col_tiles) * kCols<S>;
+  const int64_t n = blockIdx.z;
+  for (int i = threadIdx.x; i < K * K * kChannels; i += kThreads) {
+    const int tap = i / kChannels, c = c0 + i % kChannels;
+    taps[i] = c < g.c ? float(wt[int64_t(c) * K * K + tap]) : 0.f;
+  }
+  const T* image = in + n * g.h * g.w * g.c;
+  const int iy0 = oy0 * S - g.pad_h, ix0 = ox0 * S - g.pad_w;
+  uint4 staged[TileT::kFillSteps];
+  int offset[TileT::kFillSteps];
+#pragma unroll
+  for (int step = 0; step < TileT::kFillSteps; ++step) {
+    const int i = threadIdx.x + step * kThreads;
+    const int q = i % TileT::kVecsPerPosition, pos = i / TileT::kVecsPerPosition;
+    const int r = pos / TileT::kInCols, col = pos % TileT::kInCols;
+    const int y = iy0 + r, x = ix0 + col, c = c0 + q * TileT::kVec;
+    staged[step] = make_uint4(0, 0, 0, 0);
+    offset[step] = i < TileT::kVecs ? r * TileT::kPitch + col * kChannels + q * TileT::kVec : -1;
+    if (i < TileT::kVecs && y >= 0 && y < g.h && x >= 0 && x < g.w && c < g.c) {
+      staged[step] = __ldg(reinterpret_cast<const uint4*>(image + (int64_t(y) * g.w + x) * g.c + c));
+    }
+  }
+#pragma unroll
+  for (int step = 0; step < TileT::kFillSteps; ++step) {
+    if (offset[step] >= 0) *reinterpret_cast<uint4*>(tile + offset[step]) = staged[step];
+  }
+  __syncthreads();
+
+  constexpr int kRunS = kRun<S>;
+  const int pair = threadIdx.x % kPairs, run = threadIdx.x / kPairs;
+  const int row = run % kRows, strip = run / kRows;
+  const int c = c0 + 2 * pair;
+  float acc0[kRunS], acc1[kRunS];
+  const float b0 = bias != nullptr && c < g.c ? float(bias[c]) : 0.f;
+  const float b1 = bias != nullptr && c < g.c ? float(bias[c + 1]) : 0.f;
+#pragma unroll
+  for (int j = 0; j < kRunS; ++j) acc0[j] = b0, acc1[j] = b1;
+  constexpr int kSpan = (kRunS - 1) * S + K;
+#pragma unroll
+  for (int r = 0; r < K; ++r) {
+    const T* src = tile + (row * S + r) * TileT::kPitch + strip * kRunS * S * kChannels + 2 * pair;
+    float x0[kSpan], x1[kSpan];
+#pragma unroll
+    for (int q = 0; q < kSpan; ++q) {
+      const Two<T> v = *reinterpret_cast<const Two<T>*>(src + q * kChannels);
+      x0[q] = float(v.a), x1[q] = float(v.b);
+    }
+#pragma unroll
+    for (int t = 0; t < K; ++t) {
+      const float2 w = *reinterpret_cast<const float2*>(taps + (r * K + t) * kChannels + 2 * pair);
+#pragma unroll
+      for (int j = 0; j < kRunS; ++j) {
+        acc0[j] += w.x * x0[j * S + t];
+        acc1[j] += w.y * x1[j * S + t];
+      }
+    }
+  }
+  const int oy = oy0 + row;
+  if (oy >= g.oh || c >= g.c) return;
+  T* dst = out + ((n * g.oh + oy) * g.ow) * g.c + c;
+#pragma unroll
+  for (int j = 0; j < kRunS; ++j) {
+    const int ox = ox0 + strip * kRunS + j;
+    if (ox < g.ow) {
+      float y0 = acc0[j], y1 = acc1[j];
+      if (act != Activation::kIdentity) y0 = activate<float>(act, y0), y1 = activate<float>(act, y1);
+      *reinterpret_cast<Two<T>*>(dst + int64_t(ox) * g.c) = Two<T>{T(y0), T(y1)};
+    }
+  }
+}
+
+template <typename T, int K, int S>
+bool launch(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+            const at::Tensor& output, Geometry g, Activation act) {
+  const auto kernel = depthwise_channels_last_kernel<T, K, S>;
+  constexpr size_t kShared = Tile<T, K, S>::kShared;
+  static CachedKernelFit fit(reinterpret_cast<const void*>(kernel), KernelNeeds{0, kThreads, kShared});
+  if (!fit.on(input.get_device())) return false;
+  g.col_tiles = (g.ow + kCols<S> - 1) / kCols<S>;
+  const int64_t row_tiles = (g.oh + kRows - 1) / kRows;
+  const int64_t spatial = row_tiles * g.col_tiles;
+  const int64_t channel_blocks = (g.c + kChannels - 1) / kChannels;
+  if (spatial > std::numeric_limits<int>::max() || channel_blocks > 65535 || input.size(0) > 65535) {
+    return false;
+  }
+  const dim3 grid(unsigned(spatial), unsigned(channel_blocks), unsigned(input.size(0)));
+  kernel<<<grid, kThreads, kShared, at::cuda::getCurrentCUDAStream()>>>(
+      input.const_data_ptr<T>(), weight.const_data_ptr<T>(),
+      bias.defined() ? bias.const_data_ptr<T>() : nullptr, output.mutable_data_ptr<T>(), g, act);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
+template <typename T, int K>
+bool launch_stride(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                   const at::Tensor& output, const Geometry& g, int stride, Activation act) {
+  return stride == 1 ? launch<T, K, 1>(input, weight, bias, output, g, act)
+                     : launch<T, K, 2>(input, weight, bias, output, g, act);
+}
+
+template <typename T>
+bool launch_window(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                   const at::Tensor& output, const Geometry& g, int k, int stride, Activation act) {
+  switch (k) {
+    case 3: return launch_stride<T, 3>(input, weight, bias, output, g, stride, act);
+    case 5: return launch_stride<T, 5>(input, weight, bias, output, g, stride, act);
+    default: return launch_stride<T, 7>(input, weight, bias, output, g, stride, act);
+  }
+}
+
+bool forward_channels_last_cuda(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                                const at::Tensor& output, const Window2d& win, Activation act) {
+  const auto dtype = input.scalar_type();
+  if (dtype != at::kHalf && dtype != at::kBFloat16 && dtype != at::kFloat) return false;
+  const int64_t k = win.kh;
+  if (win.kw != k || (k != 3 && k != 5 && k != 7) || win.sh != win.sw || (win.sh != 1 && win.sh != 2) ||
+      win.dh != 1 || win.dw != 1) {
+    return false;
+  }
+  const int64_t c = input.size(1);
+  const auto aligned16 = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0; };
+  if (c % (16 / input.element_size()) != 0 || !aligned16(input) || win.ph >= k || win.pw >= k) return false;
+  for (int64_t v : {c, input.size(2), input.size(3), output.size(2), output.size(3)}) {
+    if (v > std::numeric_limits<int>::max() / 4) return false;
+  }
+  const c10::cuda::CUDAGuard guard(input.device());
+  const Geometry g{int(c), int(input.size(2)), int(input.size(3)), int(output.size(2)), int(output.size(3)),
+                   int(win.ph), int(win.pw), 0};
+  const at::Tensor w = weight.contiguous();
+  const int stride = int(win.sh);
+  switch (dtype) {
+    case at::kHalf: return launch_window<at::Half>(input, w, bias, output, g, int(k), stride, act);
+    case at::kBFloat16: return launch_window<at::BFloat16>(input, w, bias, output, g, int(k), stride, act);
+    default: return launch_window<float>(input, w, bias, output, g, int(k), stride, act);
+  }
+}
+
+}  // namespace
+
+DepthwiseChannelsLastKernels cuda_depthwise_channels_last_kernels() {
+  DepthwiseChannelsLastKernels kernels;
+  kernels.forward = &forward_channels_last_cuda;
+  return kernels;
+}
+
+}  // namespace customconv
