@@ -160,13 +160,10 @@ def fuse(model: torch.nn.Module, *, inplace: bool = False,
 
     memory_format: the layout of the convolutions' weights in the result, which
     (F.conv2d's rule) sets the layout of their outputs. "auto" (the default),
-    for a model whose convolutions are on a CUDA device: channels_last where
-    none is depthwise (groups == in_channels), since the GPU's implicit-GEMM
-    kernels, which apply the epilogue in the kernel, read channels_last data
-    (an NCHW input is taken as it is; the first convolution's output is
-    channels_last); NCHW where some are, since the depthwise kernels read NCHW
-    (a convolution that reads a model input then reads it made contiguous, so
-    that a channels_last input does not carry its layout through the model).
+    for a model whose convolutions are on a CUDA device: channels_last, since
+    the GPU's implicit-GEMM kernels (which apply the epilogue in the kernel)
+    and its depthwise kernels read channels_last data in place (an NCHW input
+    is taken as it is; the first convolution's output is channels_last).
     On the CPU "auto" keeps the weights as they are. The model's outputs keep
     their values either way. torch.channels_last or torch.contiguous_format
     forces one layout; None keeps the weights as they are.
@@ -591,11 +588,7 @@ def _set_weight_layout(model: torch.nn.Module, memory_format) -> None:
     if memory_format == "auto":
         if not all(m.weight.is_cuda for m in convs):
             return
-        # groups == in_channels: one input channel per group.
-        depthwise = any(m.groups > 1 and m.weight.shape[1] == 1 for m in convs)
-        memory_format = torch.contiguous_format if depthwise else torch.channels_last
-        if depthwise and isinstance(model, torch.fx.GraphModule):
-            _contiguous_model_inputs(model)
+        memory_format = torch.channels_last
     elif memory_format not in (torch.channels_last, torch.contiguous_format):
         raise ValueError("customconv.fuse: memory_format must be 'auto', None, "
                          f"torch.channels_last or torch.contiguous_format; got {memory_format!r}")
@@ -606,18 +599,3 @@ def _set_weight_layout(model: torch.nn.Module, memory_format) -> None:
                                           requires_grad=w.requires_grad)
 
 
-def _contiguous_model_inputs(gm: torch.fx.GraphModule) -> None:
-    """Makes every convolution that reads a model input read it contiguous (NCHW)."""
-    modules = dict(gm.named_modules())
-    changed = False
-    for node in list(gm.graph.nodes):
-        if (node.op == "call_module" and isinstance(modules.get(node.target),
-                                                    (nn.FusedConv2d, nn.Conv2d))
-                and node.args and isinstance(node.args[0], torch.fx.Node)
-                and node.args[0].op == "placeholder"):
-            with gm.graph.inserting_before(node):
-                made = gm.graph.call_method("contiguous", (node.args[0],))
-            node.args = (made,) + tuple(node.args[1:])
-            changed = True
-    if changed:
-        gm.recompile()

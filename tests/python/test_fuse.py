@@ -475,8 +475,8 @@ def test_fuse_memory_format_choices():
 
 @pytest.mark.cuda
 def test_fuse_auto_layout_on_cuda():
-    """"auto" on CUDA: channels_last weights without depthwise layers; with them,
-    NCHW weights and a contiguous copy of a channels_last model input."""
+    """"auto" on CUDA: channels_last weights, with and without depthwise layers;
+    the outputs are channels_last whatever the input's layout."""
     torch.manual_seed(0)
     dense = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
                                 torch.nn.ReLU()).cuda().eval()
@@ -487,7 +487,8 @@ def test_fuse_auto_layout_on_cuda():
                                     torch.nn.BatchNorm2d(8), torch.nn.ReLU6()).cuda().eval()
     depthwise = depthwise.to(memory_format=torch.channels_last)
     fused = customconv.fuse(depthwise)
-    out = fused(x)
-    assert out.is_contiguous()
-    torch.testing.assert_close(out, depthwise(x), rtol=1e-2, atol=1e-2)
+    for inp in (x, x.contiguous()):
+        out = fused(inp)
+        assert out.is_contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(out, depthwise(inp), rtol=1e-2, atol=1e-2)
     torch.jit.script(fused)
