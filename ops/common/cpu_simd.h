@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 namespace customconv {
 
@@ -83,7 +85,9 @@ __attribute__((always_inline)) inline void transpose_tile(V* rows) {
 
 // Kernels with one build per instruction set (functions marked
 // target("arch=x86-64-v4") and target("arch=x86-64-v3") next to a baseline
-// one) pick theirs with cpu_isa(), once per process.
+// one) pick theirs with cpu_isa(), once per process: the widest the CPU
+// supports, or a narrower one named by the environment variable
+// CUSTOMCONV_CPU_ISA ("x86-64-v3" or "baseline"; the tests run every build).
 enum class CpuIsa { kBaseline, kX86_64_V3, kX86_64_V4 };
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define CUSTOMCONV_CPU_ISA_BUILDS 1
@@ -94,13 +98,19 @@ inline CpuIsa cpu_isa() {
 #if CUSTOMCONV_CPU_ISA_BUILDS
   static const CpuIsa isa = [] {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512cd"))
-      return CpuIsa::kX86_64_V4;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("bmi2"))
-      return CpuIsa::kX86_64_V3;
+    const char* named = std::getenv("CUSTOMCONV_CPU_ISA");
+    const std::string cap = named != nullptr ? named : "";
+    if (cap.empty() || cap == "x86-64-v4") {
+      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+          __builtin_cpu_supports("avx512cd"))
+        return CpuIsa::kX86_64_V4;
+    }
+    if (cap != "baseline") {
+      if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+          __builtin_cpu_supports("bmi2"))
+        return CpuIsa::kX86_64_V3;
+    }
     return CpuIsa::kBaseline;
   }();
   return isa;

@@ -1,0 +1,52 @@
+"""The CPU kernels built once per instruction set (ops/common/cpu_simd.h:
+x86-64-v4, x86-64-v3 and the baseline, one picked per process) all match
+F.conv2d: each build is forced with CUSTOMCONV_CPU_ISA in a subprocess (the
+choice is made once per process) and runs conv2d's direct float32 forward
+kernels (few input channels, 16 or more; output channels that fill no whole
+vector; NCHW and channels_last) and depthwise_conv2d's float32 forward."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, torch, torch.nn.functional as F
+    import customconv
+    torch.set_num_threads(2)
+    torch.manual_seed(int(sys.argv[1]))
+    ops = torch.ops.customconv
+    # (N, C, H, W, K, kernel, stride, padding, dilation)
+    for n, c, h, w, k, ks, s, p, d in [(2, 3, 29, 31, 64, 7, 2, 3, 1), (1, 5, 12, 9, 21, 3, 1, 2, 2),
+                                       (2, 32, 11, 13, 72, 3, 1, 1, 1), (3, 24, 9, 8, 40, 3, 2, 1, 1),
+                                       (2, 16, 7, 7, 136, 1, 1, 0, 1), (2, 3, 9, 9, 5, 2, 1, 0, 1)]:
+        for fmt in (torch.contiguous_format, torch.channels_last):
+            x = torch.randn(n, c, h, w).contiguous(memory_format=fmt)
+            wt = torch.randn(k, c, ks, ks).contiguous(memory_format=fmt)
+            b = torch.randn(k)
+            got = ops.conv2d(x, wt, b, [s, s], [p, p], [d, d], 1)
+            want = F.conv2d(x.double(), wt.double(), b.double(), s, p, d)
+            torch.testing.assert_close(got.double(), want, rtol=1e-5,
+                                       atol=1e-5 * want.abs().max().item(),
+                                       msg=lambda m: f"conv2d {(n, c, h, w, k, ks, s, p, d)} {fmt}: {m}")
+    x = torch.randn(2, 24, 17, 19)
+    wt = torch.randn(24, 1, 5, 5)
+    got = ops.depthwise_conv2d(x, wt, None, [2, 1], [2, 2], [1, 1])
+    want = F.conv2d(x.double(), wt.double(), None, (2, 1), 2, 1, 24)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    print("ok")
+    """
+)
+
+
+@pytest.mark.parametrize("isa", ["x86-64-v4", "x86-64-v3", "baseline"])
+def test_cpu_kernels_match_torch_in_every_instruction_set_build(isa, seed):
+    env = dict(os.environ, CUSTOMCONV_CPU_ISA=isa, OMP_NUM_THREADS="2")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(seed)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "ok" in proc.stdout, (
+        f"seed={seed} isa={isa}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    )
