@@ -19,7 +19,7 @@ constexpr int64_t kMaxChannels = 15;  // input channels the route takes, at most
 
 struct Geometry {
   int64_t n, c, h, w, k, p, q;  // input (n, c, h, w), output (n, k, p, q)
-  int64_t sn, sc, sh, sw;       // the input's strides, in floats
+  int64_t xn, xc, xh, xw;       // the input's strides, in floats
   Window2d win;
   int64_t block;    // output channels per weight block (B)
   int64_t kp;       // output channels padded to whole blocks
@@ -27,10 +27,10 @@ struct Geometry {
 };
 
 // The window rows of output row y that lie inside the image: [i0, i1).
-struct RowRange {
+struct TapRange {
   int64_t i0, i1;
 };
-inline RowRange rows_inside(const Geometry& g, int64_t y) {
+inline TapRange rows_inside(const Geometry& g, int64_t y) {
   const Window2d& k = g.win;
   const int64_t iy0 = y * k.sh - k.ph;
   const int64_t i0 = iy0 >= 0 ? 0 : (-iy0 + k.dh - 1) / k.dh;
@@ -39,7 +39,7 @@ inline RowRange rows_inside(const Geometry& g, int64_t y) {
   return {i0, std::max(i0, i1)};
 }
 // The same for the window columns of output column x.
-inline RowRange cols_inside(const Geometry& g, int64_t x) {
+inline TapRange cols_inside(const Geometry& g, int64_t x) {
   const Window2d& k = g.win;
   const int64_t ix0 = x * k.sw - k.pw;
   const int64_t j0 = ix0 >= 0 ? 0 : (-ix0 + k.dw - 1) / k.dw;
@@ -53,10 +53,10 @@ inline RowRange cols_inside(const Geometry& g, int64_t x) {
 struct RowArgs {
   const float* img;      // the image's first element
   const int64_t* offs;   // offs[j * C + c]: input offset of window column j, channel c
-  int64_t row_step;      // input offset between window rows (dh * sh)
+  int64_t row_step;      // input offset between window rows (dh * the row stride)
   int64_t pos_step;      // input offset between neighbouring output positions
   int64_t taps_per_row;  // kw * C
-  RowRange rows;
+  TapRange rows;
 };
 
 // P output positions x0..x0+P-1 (input offsets origin + t * pos_step of
@@ -116,10 +116,10 @@ __attribute__((always_inline)) inline void row_block(const Geometry& g, const Ro
   const int64_t right = g.w - 1 + k.pw - (k.kw - 1) * k.dw;      // x * sw <= right: inside
   const int64_t x_hi = right < 0 ? x_lo : std::max(x_lo, std::min(g.q, right / k.sw + 1));
   const int64_t full = k.kw * g.c;
-  const int64_t row_origin = (y * k.sh - k.ph) * g.sh;
-  const auto origin = [&](int64_t x) { return row_origin + (x * k.sw - k.pw) * g.sw; };
+  const int64_t row_origin = (y * k.sh - k.ph) * g.xh;
+  const auto origin = [&](int64_t x) { return row_origin + (x * k.sw - k.pw) * g.xw; };
   const auto edge = [&](int64_t x) {
-    const RowRange j = cols_inside(g, x);
+    const TapRange j = cols_inside(g, x);
     window_block<V, NV, 1, WS>(a, origin(x), j.i0 * g.c, j.i1 * g.c, wt, bias, orow + x * ostep,
                                ostep, valid);
   };
@@ -171,7 +171,7 @@ __attribute__((always_inline)) inline void forward_rows(const float* in, const f
   const int64_t block_floats = k.kh * k.kw * g.c * B;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t n = r / g.p, y = r % g.p;
-    const RowArgs a{in + n * g.sn, offs, k.dh * g.sh, k.sw * g.sw, k.kw * g.c, rows_inside(g, y)};
+    const RowArgs a{in + n * g.xn, offs, k.dh * g.xh, k.sw * g.xw, k.kw * g.c, rows_inside(g, y)};
     float* orow = g.nchw_out ? buffer : out + r * g.q * g.k;
     const int64_t ostep = g.nchw_out ? g.kp : g.k;
     for (int64_t k0 = 0; k0 < g.k; k0 += B) {
@@ -182,8 +182,7 @@ __attribute__((always_inline)) inline void forward_rows(const float* in, const f
       if (vectors >= NVMAX) {
         row_block<V, NVMAX, P, B>(g, a, y, wb, bias + k0, o, ostep, valid);
       } else if constexpr (NVMAX > 1) {
-        // The last block's vectors: fewer positions per block where there
-        // are registers to spare would pay little; keep P.
+        // The last block, where K is not a multiple of B: its vectors only.
         switch (vectors) {
           case 1: row_block<V, 1, P, B>(g, a, y, wb, bias + k0, o, ostep, valid); break;
           case 2:
@@ -262,7 +261,7 @@ std::optional<at::Tensor> few_channels_direct_conv2d_cpu(const at::Tensor& input
                    win, b, kp, nchw_out};
   std::vector<int64_t> offs(static_cast<size_t>(win.kw * s.in.c));
   for (int64_t j = 0; j < win.kw; ++j) {
-    for (int64_t c = 0; c < s.in.c; ++c) offs[j * s.in.c + c] = j * win.dw * g.sw + c * g.sc;
+    for (int64_t c = 0; c < s.in.c; ++c) offs[j * s.in.c + c] = j * win.dw * g.xw + c * g.xc;
   }
   const float* ip = input.const_data_ptr<float>();
   const float* wp = wt.const_data_ptr<float>();
