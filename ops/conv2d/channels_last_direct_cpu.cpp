@@ -86,7 +86,10 @@ __attribute__((always_inline)) inline void direct_block(const Geometry& g, const
 
 // Entries [m0, m1) of the position order (g.order[e] = (n * p + y) * q + x;
 // without one, e itself) for the block of output channels at k0: blocks of P
-// positions, then one at a time.
+// positions, then one at a time. The output lines of the next block are
+// prefetched for writing: without it, stores that miss the cache stalled the
+// blocks once outputs outgrew it (1x1 C64->K256 at 56^2, N=4, one thread:
+// 5.4 ms, 4.4 with it).
 template <class V, int NV, int P, int WS>
 __attribute__((always_inline)) inline void position_range(const Geometry& g, const float* in,
                                                           const float* zeros, const float* wt,
@@ -104,6 +107,12 @@ __attribute__((always_inline)) inline void position_range(const Geometry& g, con
   for (; e + P <= m1; e += P) {
     Origin org[P];
     for (int t = 0; t < P; ++t) org[t] = origin(e + t);
+    if (e + 2 * P <= m1) {  // the next block's output lines, for writing
+      for (int t = 0; t < P; ++t) {
+        const float* d = origin(e + P + t).out;
+        for (int v = 0; v < NV * kLanes<V>; v += 16) __builtin_prefetch(d + v, 1, 3);
+      }
+    }
     direct_block<V, NV, P, WS>(g, org, zeros, wt, bias, valid);
   }
   for (; e < m1; ++e) {

@@ -106,7 +106,9 @@ __attribute__((always_inline)) inline void window_block(const RowArgs& a, int64_
 // Output row y of one image for the block of output channels [k0, k0 + NV * W)
 // (weights wt, bias padded): positions whose windows lie inside the row's
 // columns in blocks of P, then one at a time; those crossing the left or right
-// edge one at a time over their columns inside.
+// edge one at a time over their columns inside. The output lines of the next
+// block are prefetched for writing (a store that misses the cache stalls the
+// blocks otherwise: the N=4 stem 4.6 -> 4.4 ms).
 template <class V, int NV, int P, int WS>
 __attribute__((always_inline)) inline void row_block(const Geometry& g, const RowArgs& a,
                                                      int64_t y, const float* wt, const float* bias,
@@ -126,6 +128,12 @@ __attribute__((always_inline)) inline void row_block(const Geometry& g, const Ro
   for (int64_t x = 0; x < x_lo; ++x) edge(x);
   int64_t x = x_lo;
   for (; x + P <= x_hi; x += P) {
+    if (x + 2 * P <= x_hi) {  // the next block's output lines, for writing
+      for (int t = 0; t < P; ++t) {
+        const float* d = orow + (x + P + t) * ostep;
+        for (int v = 0; v < NV * kLanes<V>; v += 16) __builtin_prefetch(d + v, 1, 3);
+      }
+    }
     window_block<V, NV, P, WS>(a, origin(x), 0, full, wt, bias, orow + x * ostep, ostep, valid);
   }
   for (; x < x_hi; ++x) {
