@@ -1,7 +1,9 @@
-"""Summarizes tile_sweep's CSV: per layer and pass, cuDNN's time, the engine's
-current configuration and the fastest candidate; then geometric means.
+"""Summarizes tile_sweep's CSV: per layer and pass, cuDNN's time, the fastest
+sm80-style candidate and the fastest Hopper (sm90) one; then the geometric
+means of cuDNN / fastest per dtype and pass, over the layers the engine runs
+(1x1 stride-1 layers included: on their own they go to cuBLAS).
 
-    python3 bench/tune/summarize.py tile_sweep.csv [--sms 132] [--markdown out.md]
+    python3 bench/tune/summarize.py tile_sweep.csv [--markdown out.md]
 """
 
 import argparse
@@ -9,76 +11,42 @@ import csv
 import math
 from collections import defaultdict
 
-CURRENT = {  # the engine's configuration per dtype and pass (implicit_gemm_kernels.cuh)
-    ("float16", "narrow"): "128x64x64 s4", ("float16", "large"): "128x128x64 s3",
-    ("float32", "narrow"): "128x64x32 s4", ("float32", "large"): "128x128x32 s3",
-    ("float16", "wgrad"): "128x128x32 s4", ("float32", "wgrad"): "128x128x32 s3",
-}
-
-
-def parse_layer(name):
-    parts = name.split()
-    c = int(parts[0][1:]); h = int(parts[1].split("x")[0]); k = int(parts[2][1:])
-    ks = int(parts[3][1:]); s = int(parts[4][1:])
-    return c, h, k, ks, s
-
-
-def wgrad_split(c, h, k, ks, s, n, sms, tm=128, tn=128):
-    p = (h + 2 * (ks // 2) - ks) // s + 1
-    tiles = -(-k // tm) * -(-(ks * ks * c) // tn)
-    wanted = -(-2 * sms // tiles)
-    return max(1, min(wanted, n * p * p // 1024, (48 << 20) // (k * ks * ks * c * 4), 256))
-
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
-    ap.add_argument("--sms", type=int, default=132)
-    ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--markdown")
     args = ap.parse_args()
-    rows = list(csv.DictReader(open(args.csv)))
     groups = defaultdict(list)
-    engine_split = {}
-    for r in rows:
-        key = (r["dtype"], r["layer"], r["pass"])
+    for r in csv.DictReader(open(args.csv)):
         if r["candidate"] == "engine-split":
-            engine_split[key] = int(r["split"])
             continue
         if float(r["rel_err"]) > 2e-2:
-            print("BAD", r)
+            print("wrong result, left out:", r)
             continue
-        groups[key].append(r)
-    lines = ["| dtype | layer | pass | cuDNN us | current us | best us | best | cuDNN/current | cuDNN/best |",
-             "|---|---|---|---:|---:|---:|---|---:|---:|"]
+        groups[(r["dtype"], r["layer"], r["pass"])].append(r)
+    lines = ["| dtype | layer | pass | cuDNN us | best sm80 us | sm80 tile, split | best sm90 us | sm90 tile, split "
+             "| cuDNN / best |", "|---|---|---|---:|---:|---|---:|---|---:|"]
     geo = defaultdict(lambda: [0.0, 0.0, 0])
-    for key, rs in groups.items():
-        dtype, layer, pss = key
-        c, h, k, ks, s = parse_layer(layer)
-        pointwise = ks == 1 and s == 1
-        if pss == "fprop":
-            want = CURRENT[(dtype, "narrow" if k <= 64 else "large")]
-            split = engine_split.get(key, 1)
-        elif pss == "dgrad":
-            want = CURRENT[(dtype, "narrow" if c <= 64 else "large")]
-            split = 1
-        else:
-            want = CURRENT[(dtype, "wgrad")]
-            split = wgrad_split(c, h, k, ks, s, args.batch, args.sms)
-        cur = [r for r in rs if r["candidate"] == want and int(r["split"]) == split]
-        cur_us = float(cur[0]["us"]) if cur else float("nan")
-        best = min(rs, key=lambda r: float(r["us"]))
-        ref = float(best["cudnn_us"])
-        b_us = float(best["us"])
-        tag = " (pointwise: cuBLAS today)" if pointwise and pss != "wgrad" else ""
-        lines.append(f"| {dtype} | {layer}{tag} | {pss} | {ref:.1f} | {cur_us:.1f} | {b_us:.1f} | "
-                     f"{best['candidate']} sk{best['split']} | {ref / cur_us:.2f} | {ref / b_us:.2f} |")
-        g = geo[(dtype, pss)]
-        if cur:
-            g[0] += math.log(ref / cur_us)
-        g[1] += math.log(ref / b_us)
-        g[2] += 1
-    lines += ["", "| dtype | pass | geomean cuDNN/current | geomean cuDNN/best | layers |", "|---|---|---:|---:|---:|"]
+    for (dtype, layer, pss), rs in groups.items():
+        ref = float(rs[0]["cudnn_us"])
+        cells = []
+        best = float("inf")
+        for family in ("sm80", "sm90"):
+            fam = [r for r in rs if r["candidate"].startswith("sm90") == (family == "sm90")]
+            if fam:
+                b = min(fam, key=lambda r: float(r["us"]))
+                best = min(best, float(b["us"]))
+                cells += [f"{float(b['us']):.1f}", f"{b['candidate'].replace('sm90 ', '')}, {b['split']}"]
+                if family == "sm80":
+                    geo[(dtype, pss)][0] += math.log(ref / float(b["us"]))
+            else:
+                cells += ["", ""]
+        geo[(dtype, pss)][1] += math.log(ref / best)
+        geo[(dtype, pss)][2] += 1
+        lines.append(f"| {dtype} | {layer} | {pss} | {ref:.1f} | " + " | ".join(cells) + f" | {ref / best:.2f} |")
+    lines += ["", "| dtype | pass | geomean cuDNN / best sm80 | geomean cuDNN / best of all | layers |",
+              "|---|---|---:|---:|---:|"]
     for (dtype, pss), (a, b, n) in sorted(geo.items()):
         lines.append(f"| {dtype} | {pss} | {math.exp(a / n):.2f} | {math.exp(b / n):.2f} | {n} |")
     text = "\n".join(lines)
