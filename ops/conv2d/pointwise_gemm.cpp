@@ -15,14 +15,33 @@ bool takes(const Conv2dShape<int64_t>& s) {
          w.ph == 0 && w.pw == 0 && s.in.n * s.in.h * s.in.w > 0 && s.in.c > 0 && s.k > 0;
 }
 
-// A channels_last (N, C, H, W) tensor as its (1, N*H*W, C) matrix, in place.
-at::Tensor rows(const at::Tensor& t) { return channels_last_rows(t).unsqueeze(0); }
+// The operands are made with one as_strided call each (rather than chains of
+// permute, view and unsqueeze), since every view is a dispatcher call: about
+// a microsecond of host time each, which small layers pay in full.
 
-// The weight (K, C, 1, 1) as a (1, K, C) matrix (a view: every layout of a
-// 1x1 weight with unit channel stride is one).
+// A (1, rows, cols) view of t's storage with the given strides (batch stride 0).
+at::Tensor matrix(const at::Tensor& t, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  return t.as_strided({1, rows, cols}, {0, row_stride, col_stride});
+}
+
+// A channels_last (N, C, H, W) tensor as its (1, N*H*W, C) matrix, in place.
+at::Tensor rows(const at::Tensor& t) {
+  const int64_t c = t.size(1);
+  return matrix(t, t.size(0) * t.size(2) * t.size(3), c, c, 1);
+}
+
+// The weight (K, C, 1, 1) with a unit channel stride (every layout of a 1x1
+// weight has one, unless it is a strided view: then a contiguous copy).
+at::Tensor unit_channel_stride(const at::Tensor& w) {
+  return w.stride(1) == 1 || w.size(1) == 1 ? w : w.contiguous();
+}
+
+// The weight as the (1, K, C) matrix, and as its transpose (1, C, K).
 at::Tensor weight_matrix(const at::Tensor& w) {
-  const at::Tensor m = w.flatten(1);
-  return (m.stride(1) == 1 ? m : m.contiguous()).unsqueeze(0);
+  return matrix(w, w.size(0), w.size(1), w.stride(0), 1);
+}
+at::Tensor weight_matrix_t(const at::Tensor& w) {
+  return matrix(w, w.size(1), w.size(0), 1, w.stride(0));
 }
 
 }  // namespace
@@ -33,16 +52,16 @@ std::optional<at::Tensor> pointwise_conv2d(BatchedGemm gemm, const at::Tensor& i
                                            const Conv2dShape<int64_t>& s) {
   if (!takes(s) || !input.is_contiguous(kChannelsLast)) return std::nullopt;
   at::Tensor out = empty_channels_last(input, s.in.n, s.k, s.oh, s.ow);
-  const at::Tensor w = weight_matrix(weight);
+  const at::Tensor w = unit_channel_stride(weight);
   const bool has_bias = bias.has_value() && bias->defined();
   // at::addmm follows PyTorch's matmul TF32 setting, not the convolutions' one.
   const bool tf32_policy_differs = input.is_cuda() && input.scalar_type() == at::kFloat;
   if (has_bias && !tf32_policy_differs) {
     at::Tensor y = rows(out).squeeze(0);
-    at::addmm_out(y, *bias, rows(input).squeeze(0), w.squeeze(0).t());
+    at::addmm_out(y, *bias, rows(input).squeeze(0), weight_matrix_t(w).squeeze(0));
     return out;
   }
-  gemm(rows(input), w.transpose(1, 2), rows(out), false);
+  gemm(rows(input), weight_matrix_t(w), rows(out), false);
   if (has_bias) out.add_(bias->view({1, s.k, 1, 1}));
   return out;
 }
@@ -54,7 +73,7 @@ std::optional<at::Tensor> pointwise_conv2d_grad_input(BatchedGemm gemm,
   if (!takes(s)) return std::nullopt;
   const at::Tensor go = grad_output.contiguous(kChannelsLast);
   at::Tensor gi = empty_channels_last(go, s.in.n, s.in.c, s.in.h, s.in.w);
-  gemm(rows(go), weight_matrix(weight), rows(gi), false);
+  gemm(rows(go), weight_matrix(unit_channel_stride(weight)), rows(gi), false);
   return gi;
 }
 
@@ -65,7 +84,7 @@ std::optional<at::Tensor> pointwise_conv2d_grad_weight(BatchedGemm gemm,
   if (!takes(s) || !input.is_contiguous(kChannelsLast)) return std::nullopt;
   const at::Tensor go = grad_output.contiguous(kChannelsLast);
   at::Tensor gw = at::empty({s.k, s.in.c, 1, 1}, input.options());
-  gemm(rows(go).transpose(1, 2), rows(input), gw.view({1, s.k, s.in.c}), false);
+  gemm(matrix(go, s.k, s.in.n * s.oh * s.ow, 1, s.k), rows(input), matrix(gw, s.k, s.in.c, s.in.c, 1), false);
   return gw;
 }
 
