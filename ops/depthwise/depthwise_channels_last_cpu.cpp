@@ -125,8 +125,57 @@ __attribute__((always_inline)) inline void activate_positions(Activation act, fl
   for (int64_t x = x0; x < x1; ++x) activate_floats(act, orow + x * d.c, c16);
 }
 
+// forward_block_inside for stride 1, no dilation and a KW-wide window: each
+// window row's P + KW - 1 input vectors are loaded once and feed all its
+// P x KW multiply-adds (the generic block loads one input per multiply-add,
+// which makes the loads, not the multiply-adds, its limit).
+constexpr int kReuseBlock = 8;  // positions per block
+
+template <int P, int KW>
+__attribute__((always_inline)) inline void forward_block_reuse(const float* img, const float* taps,
+                                                               const float* bias, float* orow,
+                                                               const Dims& d, const Window2d& k,
+                                                               int64_t y, int64_t x0, int64_t c) {
+  Float16 acc[P];
+  start_block<P>(acc, bias, c);
+  for (int64_t i = 0; i < k.kh; ++i) {
+    const int64_t iy = y * k.sh - k.ph + i * k.dh;
+    if (iy < 0 || iy >= d.h) continue;
+    const float* src = img + (iy * d.w + x0 - k.pw) * d.c + c;
+    const float* tap = taps + i * KW * d.c + c;
+    Float16 xin[P + KW - 1];
+#pragma GCC unroll 16
+    for (int q = 0; q < P + KW - 1; ++q) xin[q] = loadv<Float16>(src + q * d.c);
+#pragma GCC unroll 8
+    for (int j = 0; j < KW; ++j) {
+      const Float16 w = loadv<Float16>(tap + j * d.c);
+#pragma GCC unroll 8
+      for (int t = 0; t < P; ++t) acc[t] += xin[t + j] * w;
+    }
+  }
+  store_block<P>(acc, orow, d, x0, c);
+}
+
+// Blocks of kReuseBlock positions from x while they lie in [x, hi), every
+// 16-channel group of each; returns the first position left.
+template <int KW>
+__attribute__((always_inline)) inline int64_t forward_reuse_blocks(const float* img, const float* taps,
+                                                                   const float* bias, float* orow,
+                                                                   const Dims& d, const Window2d& k,
+                                                                   int64_t y, int64_t x, int64_t hi,
+                                                                   int64_t c16, Activation act) {
+  for (; x + kReuseBlock <= hi; x += kReuseBlock) {
+    for (int64_t c = 0; c < c16; c += 16) {
+      forward_block_reuse<kReuseBlock, KW>(img, taps, bias, orow, d, k, y, x, c);
+    }
+    activate_positions(act, orow, d, c16, x, x + kReuseBlock);
+  }
+  return x;
+}
+
 // Output rows [r0, r1) (r = n * oh + y): blocks of kBlock positions x 16
-// channels where every tap lies inside the row, single positions with column
+// channels where every tap lies inside the row (kReuseBlock positions for
+// stride-1 3, 5 and 7-wide windows), single positions with column
 // checks elsewhere, then the channels past the last multiple of 16 one at a
 // time. Each block of positions gets `act` once all its channels are stored.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -147,6 +196,14 @@ CUSTOMCONV_FORWARD_CLONES void forward_rows(const float* in, const float* taps, 
     for (; x < in_row.lo; ++x) {
       for (int64_t c = 0; c < c16; c += 16) forward_block<1>(img, taps, bias, orow, d, k, y, x, c);
       activate_positions(act, orow, d, c16, x, x + 1);
+    }
+    if (k.sw == 1 && k.dw == 1) {
+      switch (k.kw) {
+        case 3: x = forward_reuse_blocks<3>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act); break;
+        case 5: x = forward_reuse_blocks<5>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act); break;
+        case 7: x = forward_reuse_blocks<7>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act); break;
+        default: break;
+      }
     }
     for (; x + kBlock <= in_row.hi; x += kBlock) {
       for (int64_t c = 0; c < c16; c += 16) {
