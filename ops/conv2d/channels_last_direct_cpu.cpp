@@ -22,6 +22,11 @@ struct Geometry {
   int64_t kp;     // output channels padded to whole blocks
   // The positions in the order blocks take them, or null: (n, y, x) order.
   const int64_t* order;
+  // conv2d_fused's epilogue, applied as a block is stored: the residual
+  // (laid out like the output; null: none) added, then `act` (identity,
+  // relu, relu6 or hardswish).
+  const float* residual = nullptr;
+  Activation act = Activation::kIdentity;
 };
 
 // An output position: the top-left input pixel of its window, its image, and
@@ -30,7 +35,24 @@ struct Origin {
   const float* img;
   int64_t iy, ix;
   float* out;
+  const float* residual;  // the same output's residual, or null
 };
+
+// The epilogue of one stored vector: act(x + residual) for the activations
+// that are arithmetic (activation.h's formulas; the others are not taken).
+template <class V>
+__attribute__((always_inline)) inline V epilogue(V x, Activation act) {
+  const V zero{}, six = zero + 6.f;
+  switch (act) {
+    case Activation::kRelu: return x < zero ? zero : x;
+    case Activation::kRelu6: return x < zero ? zero : (x > six ? six : x);
+    case Activation::kHardswish: {
+      const V t = x + 3.f;
+      return x * (t < zero ? zero : (t > six ? six : t)) / 6.f;
+    }
+    default: return x;
+  }
+}
 
 // P output positions x NV vectors of W output channels: P * NV accumulators,
 // started from the bias. For each tap (i, j), each position's C input
@@ -72,8 +94,14 @@ __attribute__((always_inline)) inline void direct_block(const Geometry& g, const
       }
     }
   }
+  const bool fused = g.residual != nullptr || g.act != Activation::kIdentity;
   for (int t = 0; t < P; ++t) {
     float* d = org[t].out;
+    if (fused) {
+      float res[NV * W] = {};
+      if (org[t].residual != nullptr) std::memcpy(res, org[t].residual, std::min<int64_t>(valid, NV * W) * sizeof(float));
+      for (int v = 0; v < NV; ++v) acc[t][v] = epilogue<V>(acc[t][v] + loadv<V>(res + v * W), g.act);
+    }
     if (valid >= NV * W) {
       for (int v = 0; v < NV; ++v) storev(d + v * W, acc[t][v]);
     } else {
@@ -101,7 +129,7 @@ __attribute__((always_inline)) inline void position_range(const Geometry& g, con
     const int64_t m = g.order != nullptr ? g.order[e] : e;
     const int64_t x = m % g.q, r = m / g.q;
     return Origin{in + (r / g.p) * g.h * g.w * g.c, (r % g.p) * k.sh - k.ph, x * k.sw - k.pw,
-                  out + m * g.k + k0};
+                  out + m * g.k + k0, g.residual != nullptr ? g.residual + m * g.k + k0 : nullptr};
   };
   int64_t e = m0;
   for (; e + P <= m1; e += P) {
@@ -232,9 +260,23 @@ bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
 std::optional<at::Tensor> channels_last_direct_conv2d_cpu(const at::Tensor& input_arg,
                                                           const at::Tensor& weight,
                                                           const std::optional<at::Tensor>& bias,
-                                                          const Conv2dShape<int64_t>& s) {
+                                                          const Conv2dShape<int64_t>& s,
+                                                          const ConvEpilogue* epilogue) {
   if (!takes(input_arg, s)) return std::nullopt;
   const at::MemoryFormat format = conv2d_output_format(input_arg, weight);
+  const bool has_residual = epilogue != nullptr && epilogue->has_residual();
+  if (epilogue != nullptr) {
+    const Activation a = epilogue->activation;
+    if (a != Activation::kIdentity && a != Activation::kRelu && a != Activation::kRelu6 &&
+        a != Activation::kHardswish) {
+      return std::nullopt;
+    }
+    // The residual is read where the output is written: channels_last.
+    if (has_residual && (epilogue->residual.scalar_type() != at::kFloat ||
+                         !epilogue->residual.is_contiguous(at::MemoryFormat::ChannelsLast))) {
+      return std::nullopt;
+    }
+  }
   at::Tensor out = empty_channels_last(input_arg, s.in.n, s.k, s.oh, s.ow);
   if (out.numel() == 0) return out.contiguous(format);
   const at::Tensor input = input_arg.contiguous(at::MemoryFormat::ChannelsLast);
@@ -245,8 +287,12 @@ std::optional<at::Tensor> channels_last_direct_conv2d_cpu(const at::Tensor& inpu
   at::Tensor bp = at::zeros({kp}, input.options());
   if (bias.has_value() && bias->defined()) bp.narrow(0, 0, s.k).copy_(*bias);
   const std::vector<int64_t> order = position_order(s);
-  const Geometry g{s.in.n, s.in.c, s.in.h, s.in.w, s.k, s.oh, s.ow, win, b, kp,
-                   order.empty() ? nullptr : order.data()};
+  Geometry g{s.in.n, s.in.c, s.in.h, s.in.w, s.k, s.oh, s.ow, win, b, kp,
+             order.empty() ? nullptr : order.data()};
+  if (epilogue != nullptr) {
+    g.residual = has_residual ? epilogue->residual.const_data_ptr<float>() : nullptr;
+    g.act = epilogue->activation;
+  }
   const std::vector<float> zeros(static_cast<size_t>(s.in.c), 0.f);
   const int64_t positions = s.in.n * s.oh * s.ow;
   const int64_t kblocks = kp / b;

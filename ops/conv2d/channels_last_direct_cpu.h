@@ -31,12 +31,17 @@
 #include <optional>
 
 #include "ops/common/conv_shapes.h"
+#include "ops/common/epilogue.h"
 
 namespace customconv {
 
+// With `epilogue` (conv2d_fused): its residual added and its activation
+// applied as each block is stored; nullopt unless the activation is identity,
+// relu, relu6 or hardswish and the residual, if any, is float32 channels_last.
 std::optional<at::Tensor> channels_last_direct_conv2d_cpu(const at::Tensor& input,
                                                           const at::Tensor& weight,
                                                           const std::optional<at::Tensor>& bias,
-                                                          const Conv2dShape<int64_t>& s);
+                                                          const Conv2dShape<int64_t>& s,
+                                                          const ConvEpilogue* epilogue = nullptr);
 
 }  // namespace customconv

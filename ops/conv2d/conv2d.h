@@ -92,6 +92,12 @@ std::optional<at::Tensor> cpu_conv2d_grad_input_engine(const at::Tensor& grad_ou
                                                        const at::Tensor& input,
                                                        const at::Tensor& weight,
                                                        const Conv2dShape<int64_t>& s);
+// conv2d_fused's forward on the CPU: the direct float32 kernel with the
+// epilogue in its store (channels_last_direct_cpu.h), or nullopt.
+std::optional<at::Tensor> cpu_conv2d_fused_engine(const at::Tensor& input, const at::Tensor& weight,
+                                                  const std::optional<at::Tensor>& bias,
+                                                  const Conv2dShape<int64_t>& s,
+                                                  const ConvEpilogue& epilogue);
 std::optional<at::Tensor> cpu_conv2d_grad_weight_engine(const at::Tensor& grad_output,
                                                         const at::Tensor& input,
                                                         const at::Tensor& weight,
@@ -100,7 +106,7 @@ std::optional<at::Tensor> cpu_conv2d_grad_weight_engine(const at::Tensor& grad_o
 inline Conv2dKernels cpu_conv2d_kernels() {
   return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels(),
           {&cpu_conv2d_engine, &cpu_conv2d_grad_input_engine, &cpu_conv2d_grad_weight_engine,
-           /*fused_forward=*/nullptr, /*forward_before_pointwise=*/true}};
+           &cpu_conv2d_fused_engine, /*forward_before_pointwise=*/true}};
 }
 // Whether conv2d_grad_input_impl can run the input gradient as the forward
 // convolution of grad_output with the rotated weight (stride 1, the rotated

@@ -15,6 +15,14 @@ std::optional<at::Tensor> cpu_conv2d_engine(const at::Tensor& input, const at::T
   return channels_last_gemm_conv2d(input, weight, bias, s);
 }
 
+std::optional<at::Tensor> cpu_conv2d_fused_engine(const at::Tensor& input, const at::Tensor& weight,
+                                                  const std::optional<at::Tensor>& bias,
+                                                  const Conv2dShape<int64_t>& s,
+                                                  const ConvEpilogue& epilogue) {
+  if (s.groups > 1) return std::nullopt;
+  return channels_last_direct_conv2d_cpu(input, weight, bias, s, &epilogue);
+}
+
 std::optional<at::Tensor> cpu_conv2d_grad_input_engine(const at::Tensor& grad_output,
                                                        const at::Tensor& input,
                                                        const at::Tensor& weight,
