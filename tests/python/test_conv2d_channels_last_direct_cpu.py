@@ -14,7 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import DIRECT_LAYOUTS, ConvConfig, check_conv_case, conv2d_call, make_tensor, ops
+from testlib import (ConvConfig, check_conv_case, check_cpu_float32_case, conv2d_call, make_tensor, ops,
+                     random_direct_cpu_config)
 
 
 def direct_config(rng: random.Random, **fixed) -> ConvConfig:
@@ -24,29 +25,15 @@ def direct_config(rng: random.Random, **fixed) -> ConvConfig:
     padding = tuple(rng.randint(0, (k - 1) * d + 1) for k, d in zip(kernel, dilation))
     size = tuple(max(1, (k - 1) * d + 1 - 2 * p) + rng.randint(0, 11)
                  for k, d, p in zip(kernel, dilation, padding))
-    values = dict(batch=rng.choice([1, 2, 3]), in_channels=rng.choice([16, 17, 24, 32, 40, 64]),
-                  out_channels=rng.choice([1, 8, 16, 20, 48, 64, 70, 130]), groups=1,
-                  kernel=kernel, stride=stride, padding=padding, dilation=dilation, size=size,
-                  bias=rng.random() < 0.6, input_layout=rng.choice(DIRECT_LAYOUTS),
-                  weight_layout=rng.choice(["contiguous", "channels_last", "transposed"]),
-                  grad_layout=rng.choice(["contiguous", "channels_last"]))
-    values.update(fixed)
-    return ConvConfig(**values)
-
-
-def same_memory_format(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return all(a.is_contiguous(memory_format=f) == b.is_contiguous(memory_format=f)
-               for f in (torch.contiguous_format, torch.channels_last))
+    window = dict(kernel=kernel, stride=stride, dilation=dilation, padding=padding, size=size,
+                  in_channels=rng.choice([16, 17, 24, 32, 40, 64]), out_channels=rng.choice([1, 8, 16, 20, 48, 64, 70, 130]))
+    return random_direct_cpu_config(rng, window, **fixed)
 
 
 @pytest.mark.parametrize("idx", range(40))
 def test_channels_last_direct_cpu_matches_torch_on_random_configs(idx, rng, gen, seed):
     cfg = direct_config(rng)
-    out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
-    x = make_tensor(cfg.input_shape, torch.float32, "cpu", cfg.input_layout, gen)
-    w = make_tensor(cfg.weight_shape, torch.float32, "cpu", cfg.weight_layout, gen)
-    want = F.conv2d(x, w, None, *cfg.args())
-    assert same_memory_format(out, want), f"seed={seed} {cfg} {out.stride()} {want.stride()}"
+    check_cpu_float32_case(cfg, gen, f"seed={seed} {cfg}")
 
 
 # ResNet-50's 3x3 layers (C, H, K, stride) on smaller planes.

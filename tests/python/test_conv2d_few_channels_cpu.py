@@ -13,7 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import DIRECT_LAYOUTS, ConvConfig, check_conv_case, conv2d_call, make_tensor, ops
+from testlib import (ConvConfig, check_conv_case, check_cpu_float32_case, conv2d_call, make_tensor, ops,
+                     random_direct_cpu_config)
 
 
 def few_channels_config(rng: random.Random, **fixed) -> ConvConfig:
@@ -23,29 +24,15 @@ def few_channels_config(rng: random.Random, **fixed) -> ConvConfig:
     padding = tuple(rng.randint(0, (k - 1) * d + 2) for k, d in zip(kernel, dilation))
     size = tuple(max(1, (k - 1) * d + 1 - 2 * p) + rng.randint(0, 13)
                  for k, d, p in zip(kernel, dilation, padding))
-    values = dict(batch=rng.choice([1, 2, 3]), in_channels=rng.randint(1, 15),
-                  out_channels=rng.choice([1, 5, 8, 16, 17, 24, 40, 64, 70, 130]), groups=1,
-                  kernel=kernel, stride=stride, padding=padding, dilation=dilation, size=size,
-                  bias=rng.random() < 0.6, input_layout=rng.choice(DIRECT_LAYOUTS),
-                  weight_layout=rng.choice(["contiguous", "channels_last", "transposed"]),
-                  grad_layout=rng.choice(["contiguous", "channels_last"]))
-    values.update(fixed)
-    return ConvConfig(**values)
-
-
-def same_memory_format(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return all(a.is_contiguous(memory_format=f) == b.is_contiguous(memory_format=f)
-               for f in (torch.contiguous_format, torch.channels_last))
+    window = dict(kernel=kernel, stride=stride, dilation=dilation, padding=padding, size=size,
+                  in_channels=rng.randint(1, 15), out_channels=rng.choice([1, 5, 8, 16, 17, 24, 40, 64, 70, 130]))
+    return random_direct_cpu_config(rng, window, **fixed)
 
 
 @pytest.mark.parametrize("idx", range(40))
 def test_few_channels_cpu_matches_torch_on_random_configs(idx, rng, gen, seed):
     cfg = few_channels_config(rng)
-    out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
-    x = make_tensor(cfg.input_shape, torch.float32, "cpu", cfg.input_layout, gen)
-    w = make_tensor(cfg.weight_shape, torch.float32, "cpu", cfg.weight_layout, gen)
-    want = F.conv2d(x, w, None, *cfg.args())
-    assert same_memory_format(out, want), f"seed={seed} {cfg} {out.stride()} {want.stride()}"
+    check_cpu_float32_case(cfg, gen, f"seed={seed} {cfg}")
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])

@@ -952,3 +952,34 @@ def check_small_direct_ops(device: str, dtype: torch.dtype = torch.float32) -> N
         ops.trilinear_interpolation, dict(feats=feats, points=points),
         lambda g: trilinear_reference(feats, points, g), trilinear_reductions(7), dtype, device,
         gen, "trilinear_interpolation " + ctx)
+
+
+def random_direct_cpu_config(rng: random.Random, window: Dict, **fixed) -> ConvConfig:
+    """A float32 case for the CPU's direct conv2d kernels: `window`'s fields
+    (kernel, stride, padding, dilation, size, in_channels, out_channels) with a
+    random batch (1-3), bias, input layout (offset views included), weight
+    layout (transposed included) and grad layout. Keyword arguments pin any
+    field."""
+    values = dict(batch=rng.choice([1, 2, 3]), groups=1, bias=rng.random() < 0.6,
+                  input_layout=rng.choice(DIRECT_LAYOUTS),
+                  weight_layout=rng.choice(["contiguous", "channels_last", "transposed"]),
+                  grad_layout=rng.choice(["contiguous", "channels_last"]))
+    values.update(window)
+    values.update(fixed)
+    return ConvConfig(**values)
+
+
+def same_memory_format(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return all(a.is_contiguous(memory_format=f) == b.is_contiguous(memory_format=f)
+               for f in (torch.contiguous_format, torch.channels_last))
+
+
+def check_cpu_float32_case(cfg: ConvConfig, gen: torch.Generator, ctx: str) -> torch.Tensor:
+    """check_conv_case for conv2d on the CPU in float32, and the output in
+    F.conv2d's memory format for the same layouts. Returns the output."""
+    out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, ctx)
+    x = make_tensor(cfg.input_shape, torch.float32, "cpu", cfg.input_layout, gen)
+    w = make_tensor(cfg.weight_shape, torch.float32, "cpu", cfg.weight_layout, gen)
+    want = F.conv2d(x, w, None, *cfg.args())
+    assert same_memory_format(out, want), f"{ctx} {out.stride()} {want.stride()}"
+    return out
