@@ -49,6 +49,21 @@ __attribute__((always_inline)) inline void storev(float* p, V v) {
   __builtin_memcpy(p, &v, sizeof v);
 }
 
+// NV vectors stored to p, or only their first `valid` lanes where fewer than
+// NV * lanes remain (the last block of a channel count that fills no whole
+// block).
+template <class V, int NV>
+__attribute__((always_inline)) inline void store_lanes(float* p, const V (&acc)[NV], int64_t valid) {
+  constexpr int W = kLanes<V>;
+  if (valid >= NV * W) {
+    for (int v = 0; v < NV; ++v) storev(p + v * W, acc[v]);
+  } else {
+    float lanes[NV * W];
+    for (int v = 0; v < NV; ++v) storev(lanes + v * W, acc[v]);
+    __builtin_memcpy(p, lanes, valid * sizeof(float));
+  }
+}
+
 // A W x W tile transposed in registers: rows[r][c] <-> rows[c][r]. At each
 // level d (W/2, ..., 1) every 2d x 2d block swaps its top-right and
 // bottom-left d x d blocks; all levels together transpose the tile.

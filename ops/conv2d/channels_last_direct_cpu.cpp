@@ -99,16 +99,12 @@ __attribute__((always_inline)) inline void direct_block(const Geometry& g, const
     float* d = org[t].out;
     if (fused) {
       float res[NV * W] = {};
-      if (org[t].residual != nullptr) std::memcpy(res, org[t].residual, std::min<int64_t>(valid, NV * W) * sizeof(float));
+      if (org[t].residual != nullptr) {
+        std::memcpy(res, org[t].residual, std::min<int64_t>(valid, NV * W) * sizeof(float));
+      }
       for (int v = 0; v < NV; ++v) acc[t][v] = epilogue<V>(acc[t][v] + loadv<V>(res + v * W), g.act);
     }
-    if (valid >= NV * W) {
-      for (int v = 0; v < NV; ++v) storev(d + v * W, acc[t][v]);
-    } else {
-      float lanes[NV * W];
-      for (int v = 0; v < NV; ++v) storev(lanes + v * W, acc[t][v]);
-      std::memcpy(d, lanes, valid * sizeof(float));
-    }
+    store_lanes<V, NV>(d, acc[t], valid);
   }
 }
 

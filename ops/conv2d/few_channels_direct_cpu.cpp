@@ -93,13 +93,7 @@ __attribute__((always_inline)) inline void window_block(const RowArgs& a, int64_
   }
   for (int t = 0; t < P; ++t) {
     float* d = dst + t * dst_step;
-    if (valid >= NV * W) {
-      for (int v = 0; v < NV; ++v) storev(d + v * W, acc[t][v]);
-    } else {
-      float lanes[NV * W];
-      for (int v = 0; v < NV; ++v) storev(lanes + v * W, acc[t][v]);
-      std::memcpy(d, lanes, valid * sizeof(float));
-    }
+    store_lanes<V, NV>(d, acc[t], valid);
   }
 }
 
