@@ -4,6 +4,11 @@ weight layout, and channels_last weights), inference.
 
     python3 bench/model_breakdown.py [--model convnext_tiny] [--dtype float16]
         [--layout nchw|channels_last] [--batch 32] [--reps 10] [--top 15]
+        [--host] [--train]
+
+With --train it compares one float32 SGD training step (forward,
+cross-entropy, backward, optimizer step) of eager PyTorch and of the
+converted model instead.
 
 For each variant it prints the time per forward (CUDA events) and the CUDA
 kernels that take the most time per forward, with their launch counts, so that
@@ -25,7 +30,7 @@ from e2e import make_base  # noqa: E402
 
 
 def per_forward_ms(fn, x, reps):
-    with torch.no_grad():
+    with torch.set_grad_enabled(torch.is_grad_enabled() and getattr(fn, "train_step", False)):
         for _ in range(3):
             fn(x)
         torch.cuda.synchronize()
@@ -39,7 +44,7 @@ def per_forward_ms(fn, x, reps):
 
 
 def kernels(fn, x, reps):
-    with torch.no_grad():
+    with torch.set_grad_enabled(torch.is_grad_enabled() and getattr(fn, "train_step", False)):
         fn(x)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -53,7 +58,7 @@ def kernels(fn, x, reps):
 
 def host_ops(fn, x, reps):
     """The operators taking the most host (CPU) time per forward, self time."""
-    with torch.no_grad():
+    with torch.set_grad_enabled(torch.is_grad_enabled() and getattr(fn, "train_step", False)):
         fn(x)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -73,10 +78,20 @@ def main(argv):
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--host", action="store_true", help="also the operators' host time per forward")
+    p.add_argument("--train", action="store_true", help="a float32 training step instead of inference")
     a = p.parse_args(argv)
     dtype = getattr(torch, a.dtype)
     fmt = torch.channels_last if a.layout == "channels_last" else torch.contiguous_format
     base = make_base(a.model, 0)
+    if a.train:
+        dtype, a.dtype = torch.float32, "float32 training step"
+        y = torch.randint(0, 1000, (a.batch,), device="cuda")
+        variants = {name: train_step(model.to("cuda").to(memory_format=fmt).train(), y)
+                    for name, model in (("eager", copy.deepcopy(base)),
+                                        ("converted", customconv.convert(copy.deepcopy(base))))}
+        x = torch.randn(a.batch, 3, 224, 224, device="cuda").contiguous(memory_format=fmt)
+        report(a, variants, x)
+        return
     eager = copy.deepcopy(base).to("cuda", dtype).to(memory_format=fmt)
     variants = {"eager": eager,
                 "converted": customconv.convert(copy.deepcopy(base)).to("cuda", dtype).to(memory_format=fmt),
@@ -84,6 +99,22 @@ def main(argv):
                 "fused, channels_last weights": customconv.fuse(copy.deepcopy(base).to("cuda", dtype),
                                                                 memory_format=torch.channels_last)}
     x = torch.randn(a.batch, 3, 224, 224, device="cuda", dtype=dtype).contiguous(memory_format=fmt)
+    report(a, variants, x)
+
+
+def train_step(model, y):
+    """One SGD step of `model` on labels y, as a callable of the input."""
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+    def step(x):
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    step.train_step = True
+    return step
+
+
+def report(a, variants, x):
     print(f"{a.model} {a.dtype} {a.layout} N={a.batch} on {torch.cuda.get_device_name()}")
     for name, model in variants.items():
         ms = per_forward_ms(model, x, a.reps)

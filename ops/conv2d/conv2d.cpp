@@ -13,7 +13,6 @@ namespace {
 // GEMMs are large enough on their own, and writing the NCHW output directly
 // saves a pass over it (see conv2d.h).
 constexpr int64_t kPerImageMinLength = 1024;
-constexpr int64_t kPointwisePerImageMinLength = 128;
 
 // The int64 geometry of one call, with the grouped-GEMM view and the chunking.
 struct Plan {
@@ -39,13 +38,8 @@ int64_t partial_element_size(const at::Tensor& t) {
 Plan make_plan(const Conv2dShape<int64_t>& s, const at::Tensor& input, Pass pass) {
   Plan p{s, s.groups, s.k / s.groups, (s.in.c / s.groups) * s.win.kh * s.win.kw, s.oh * s.ow,
          false, false, 1, 0};
-  const Window2d& w = s.win;
-  p.pointwise = w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0;
-  // (Pointwise planes below kPointwisePerImageMinLength, such as 7x7, would
-  // make per-image GEMMs with narrow, misaligned rows.)
-  p.per_image = p.length >= kPerImageMinLength ||
-                (p.pointwise && p.length >= kPointwisePerImageMinLength);
-  p.pointwise = p.pointwise && p.per_image;  // the input is per-image columns only
+  p.pointwise = nchw_gemm_in_place(s);  // the input is its own per-image columns
+  p.per_image = p.length >= kPerImageMinLength || p.pointwise;
   // Per image: the columns, plus (second layout) the GEMM result or the
   // regrouped grad_output, plus (weight gradient, per image) its partial product.
   const char* op = "conv2d";

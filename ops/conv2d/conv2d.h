@@ -5,8 +5,9 @@
 //   * pointwise layers on channels_last data: one GEMM per pass, in place
 //     (pointwise_gemm.h), every device;
 //   * the device's engines where they take the case (on CUDA: the implicit
-//     GEMMs of implicit_gemm.h for channels_last 16-bit data, forward and both
-//     gradients, and the direct kernels of grouped_direct.h for grouped layers;
+//     GEMMs of implicit_gemm.h for 16-bit and TF32 data, forward and both
+//     gradients, on channels_last data or NCHW data changed to channels_last
+//     and back, and the direct kernels of grouped_direct.h for grouped layers;
 //     on the CPU: direct float32 forward kernels, few_channels_direct_cpu.h
 //     for windows over fewer than 16 input channels and
 //     channels_last_direct_cpu.h for the others, then channels_last_gemm.h,
@@ -116,6 +117,18 @@ inline bool grad_input_as_forward(const Window2d& w) {
   const bool pointwise = w.kh == 1 && w.kw == 1 && w.ph == 0 && w.pw == 0;
   return w.sh == 1 && w.sw == 1 && w.dh * (w.kh - 1) >= w.ph && w.dw * (w.kw - 1) >= w.pw &&
          !pointwise;
+}
+
+// Whether the NCHW routes compute a layer's forward and input gradient as
+// GEMMs straight on the NCHW tensors, with no column buffer: pointwise
+// windows (1x1, stride 1, no padding) over planes of at least 128 positions
+// (smaller planes would make per-image GEMMs with narrow, misaligned rows).
+// The CUDA engines change the layout of other NCHW data instead.
+constexpr int64_t kPointwisePerImageMinLength = 128;
+inline bool nchw_gemm_in_place(const Conv2dShape<int64_t>& s) {
+  const Window2d& w = s.win;
+  return w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0 &&
+         s.oh * s.ow >= kPointwisePerImageMinLength;
 }
 
 #ifdef CUSTOMCONV_WITH_CUDA

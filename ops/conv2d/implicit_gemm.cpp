@@ -5,6 +5,8 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "ops/common/launch.h"
+#include "ops/common/relayout_cuda.h"
+#include "ops/conv2d/conv2d.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -174,20 +176,29 @@ struct Operand {
   Conv2dShape<int64_t> s;
 };
 
+// Whether NCHW data goes to the engine through a layout change each way
+// (relayout_cuda.h): grouped layers, and every layer whose NCHW route would
+// gather columns (im2col) first. Pointwise layers over large planes keep their
+// NCHW route, GEMMs on the NCHW tensors in place (nchw_gemm_in_place).
+bool relayout_nchw(const Conv2dShape<int64_t>& s) { return s.groups > 1 || !nchw_gemm_in_place(s); }
+
 // `t` (N, C, ...) prepared for the kernels, or nullopt where the engine
-// declines: channels_last, used in place (an NCHW tensor keeps the NCHW
-// routes: changing its layout there and back costs more than the engine saves,
-// measured on ResNet-50's layers). With `pad` > 0 and fewer input channels than
-// a vector, the channels are padded with zeros to a multiple of `pad` (the
-// weight gradient of an RGB stem: 3 channels), in one small copy.
-std::optional<Operand> prepare(const at::Tensor& t, const Conv2dShape<int64_t>& s, int64_t pad) {
+// declines: channels_last, used in place, or, with `relayout`, a dense NCHW
+// tensor copied into channels_last once the engine is known to take the case.
+// With `pad` > 0 and fewer input channels than a vector, the channels are
+// padded with zeros to a multiple of `pad` (the weight gradient of an RGB
+// stem: 3 channels), in one small copy.
+std::optional<Operand> prepare(const at::Tensor& t, const Conv2dShape<int64_t>& s, int64_t pad,
+                               bool relayout) {
   if (!takes_dtype(t) || !s.in.batched || t.dim() != 4) return std::nullopt;
-  if (!t.is_contiguous(kChannelsLast)) return std::nullopt;
+  const bool nchw = !t.is_contiguous(kChannelsLast);
+  if (nchw && !(relayout && t.is_contiguous())) return std::nullopt;
   Operand op{t, s};
   const bool padded = pad > 0 && s.in.c < channel_multiple(t) && s.in.c % pad != 0;
   if (padded) op.s.in.c = (s.in.c + pad - 1) / pad * pad;
   if (!takes(t, op.s)) return std::nullopt;
-  if (padded) op.t = pad_channels(t, op.s.in.c);
+  if (nchw) op.t = to_memory_format(t, kChannelsLast);
+  if (padded) op.t = pad_channels(op.t, op.s.in.c);
   if (!aligned16(op.t)) return std::nullopt;
   return op;
 }
@@ -208,7 +219,7 @@ at::Tensor block_diagonal(const at::Tensor& weight, int64_t groups, int64_t gs) 
 }
 
 at::Tensor in_format(const at::Tensor& t, const at::Tensor& input, const at::Tensor& weight) {
-  return t.contiguous(conv2d_output_format(input, weight));
+  return to_memory_format(t, conv2d_output_format(input, weight));
 }
 
 // The forward on prepared operands (channels_last input, merged groups), the
@@ -220,11 +231,11 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
                                 const std::optional<at::Tensor>& bias, const Conv2dShape<int64_t>& s,
                                 const ConvEpilogue* epilogue = nullptr) {
   const c10::cuda::CUDAGuard guard(input.device());
-  const at::Tensor w = weight.contiguous(kChannelsLast);  // (K, kh, kw, C) in memory
+  const at::Tensor w = to_memory_format(weight, kChannelsLast);  // (K, kh, kw, C) in memory
   const bool has_bias = bias.has_value() && bias->defined();
   const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
   const bool has_residual = epilogue != nullptr && epilogue->has_residual();
-  const at::Tensor r = has_residual ? epilogue->residual.contiguous(kChannelsLast) : at::Tensor();
+  const at::Tensor r = has_residual ? to_memory_format(epilogue->residual, kChannelsLast) : at::Tensor();
   if (!aligned16(w) || (has_bias && !aligned16(b)) || (has_residual && !aligned16(r))) {
     return std::nullopt;
   }
@@ -259,10 +270,7 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
 std::optional<at::Tensor> forward(const at::Tensor& input, const at::Tensor& weight,
                                   const std::optional<at::Tensor>& bias, const Conv2dShape<int64_t>& s,
                                   const ConvEpilogue* epilogue) {
-  // Grouped layers take NCHW data too, changed to channels_last and back: the
-  // direct kernels they would go to otherwise change the layout as well.
-  const bool relayout = s.groups > 1 && input.dim() == 4 && !input.is_contiguous(kChannelsLast);
-  const auto x = prepare(relayout ? input.contiguous(kChannelsLast) : input, s, 0);
+  const auto x = prepare(input, s, 0, relayout_nchw(s));
   if (!x) return std::nullopt;
   at::Tensor w = x->s.in.c == s.in.c ? weight : pad_channels(weight, x->s.in.c);
   Conv2dShape<int64_t> merged = x->s;
@@ -303,10 +311,10 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
   if ((win.sh != 1 || win.sw != 1) && (win.dh != 1 || win.dw != 1)) return std::nullopt;
   if (s.in.n * s.in.h * s.in.w == 0 || s.oh * s.ow == 0) return std::nullopt;
   if (s.in.c % channel_multiple(input) != 0) return std::nullopt;
-  const auto go = prepare(grad_output, s, 0);
+  const auto go = prepare(grad_output, s, 0, relayout_nchw(s));
   if (!go) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
-  const at::Tensor w = weight.contiguous(kChannelsLast);
+  const at::Tensor w = to_memory_format(weight, kChannelsLast);
   if (!aligned16(w)) return std::nullopt;
   at::Tensor gi = empty_channels_last(input, s.in.n, s.in.c, s.in.h, s.in.w);
   implicit_gemm::ConvProblem pr = geometry(input, s);
@@ -322,10 +330,10 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& gra
                                                            const at::Tensor& weight,
                                                            const Conv2dShape<int64_t>& s) {
   if (s.in.n * s.oh * s.ow == 0 || s.groups != 1) return std::nullopt;
-  const auto x = prepare(input, s, channel_multiple(input));
+  const auto x = prepare(input, s, channel_multiple(input), relayout_nchw(s));
   if (!x) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
-  const at::Tensor go = grad_output.contiguous(kChannelsLast);
+  const at::Tensor go = to_memory_format(grad_output, kChannelsLast);
   if (!aligned16(go)) return std::nullopt;
   const Conv2dShape<int64_t>& xs = x->s;
   implicit_gemm::ConvProblem pr = geometry(input, xs);

@@ -6,7 +6,10 @@
 // headers are found (CUSTOMCONV_WITH_CUTLASS).
 //
 // Takes: CUDA tensors stored channels_last (the input, and grad_output for the
-// gradients), float16 or bfloat16, or float32 where PyTorch's TF32 policy for
+// gradients), or dense NCHW ones, changed to channels_last by one transpose
+// kernel and the results changed back (relayout_cuda.h), except for the
+// pointwise layers whose NCHW route is a GEMM in place (nchw_gemm_in_place in
+// conv2d.h); float16 or bfloat16, or float32 where PyTorch's TF32 policy for
 // convolutions allows TF32 (torch.backends.cudnn.allow_tf32; the exact routes
 // take it otherwise), groups 1 (the forward: see below), C and K multiples of 16 bytes (8 channels in
 // 16-bit, 4 in float32), 16-byte aligned data, every tensor under 2^31
@@ -29,8 +32,7 @@
 // groups of 4 channels run as 4 groups of 32), the weight expanded into the
 // merged groups' block-diagonal weight (zeros between the groups), and
 // CUTLASS's single-group kernel runs them: each block computes 128 positions x
-// 32 output channels of one merged group. Grouped NCHW data is changed to
-// channels_last for the kernel and back. Where no merge divides the groups
+// 32 output channels of one merged group. Where no merge divides the groups
 // (13 groups of 8) the engine declines, and the grouped direct kernels
 // (grouped_direct.h) take the layer. The gradients of grouped layers (2 to 32
 // groups) run as the dense problem with the block-diagonal weight; see the
@@ -62,7 +64,6 @@
 //                the epilogue in the kernel that adds them;
 //   grouped      the merged groups' kernel with bias and activation; a
 //                residual is declined (the caller's ATen epilogue takes it).
-// NCHW grouped data is changed to channels_last and back, as above.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -4,9 +4,10 @@ bfloat16 and float32 (TF32) inputs with channel counts that are multiples of 8
 and groups 1, forward and both gradients, against F.conv2d in float64 on
 random geometries (kernel, stride, padding, dilation, bias); results are
 channels_last, as F.conv2d gives, and the weight gradient is reproducible bit
-for bit; with TF32 off, float32 takes the exact route; inputs the engine
-declines (NCHW, channels not a multiple of 8, groups) keep the other routes and
-the same results."""
+for bit; NCHW inputs go through a layout change each way and give NCHW
+results; with TF32 off, float32 takes the exact route; inputs the engine
+declines (channels not a multiple of 8, groups, non-contiguous views) keep the
+other routes and the same results."""
 
 import random
 
@@ -124,18 +125,30 @@ def test_implicit_gemm_gradients_are_channels_last_and_the_weight_gradient_repro
                                atol=float(scale) * 8 * 40 * 40 / stride ** 2 * 1e-2)
 
 
+@pytest.mark.parametrize("idx", range(12))
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("case", ["nchw", "channels-12", "groups-2", "empty-batch"])
+def test_implicit_gemm_takes_nchw_data_through_a_layout_change(dtype, idx, rng, gen, seed):
+    # NCHW input and grad_output (sometimes one of them channels_last), with
+    # odd plane sizes: changed to channels_last by the transpose kernel, the
+    # results changed back. F.conv2d's rule for the output's format: channels_last
+    # when the input or the weight is.
+    layouts = ["contiguous", "contiguous", "channels_last"]
+    cfg = engine_config(rng, input_layout=rng.choice(layouts), grad_layout=rng.choice(layouts))
+    out = check_conv_case(conv2d_call(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
+    either_cl = "channels_last" in (cfg.input_layout, cfg.weight_layout)
+    want = torch.channels_last if either_cl else torch.contiguous_format
+    assert out.is_contiguous(memory_format=want), cfg
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", ["channels-12", "groups-2", "empty-batch", "view"])
 def test_cases_the_engine_declines_keep_the_other_route(dtype, case, rng, gen, seed):
-    fixed = {"nchw": dict(input_layout="contiguous"),
-             "channels-12": dict(in_channels=12),
+    fixed = {"channels-12": dict(in_channels=12),
              "groups-2": dict(groups=2, in_channels=16, out_channels=16),
-             "empty-batch": dict(batch=0)}[case]
+             "empty-batch": dict(batch=0),
+             "view": dict(input_layout=rng.choice(["sliced", "transposed", "offset"]))}[case]
     cfg = engine_config(rng, **fixed)
-    out = check_conv_case(conv2d_call(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {case} {cfg}")
-    if case == "nchw":  # F.conv2d's rule: channels_last when the weight is
-        want = torch.channels_last if cfg.weight_layout == "channels_last" else torch.contiguous_format
-        assert out.is_contiguous(memory_format=want), cfg
+    check_conv_case(conv2d_call(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {case} {cfg}")
 
 
 def test_implicit_gemm_runs_on_the_current_stream_and_in_a_cuda_graph(gen):

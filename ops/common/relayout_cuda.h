@@ -1,0 +1,23 @@
+// Layout changes of 4-D CUDA tensors between NCHW (contiguous) and
+// channels_last, by one tiled-transpose kernel: a (N, C, H, W) tensor is, per
+// image, a (C, H*W) matrix in NCHW and its transpose (H*W, C) in
+// channels_last, so either change is a batch of matrix transposes.
+//
+// This is how the implicit-GEMM engine (channels_last only) takes NCHW data,
+// and how it gives NCHW results back. The kernel reads and writes whole
+// 32 x 32 tiles through shared memory, so both sides of the copy are
+// coalesced (at::Tensor::contiguous's element-wise copy reads one of them
+// with a stride), and it costs one allocation and one launch on the host.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace customconv {
+
+// `t` in memory format `format` (Contiguous or ChannelsLast): `t` itself where
+// it already is; the transpose kernel's copy where `t` is a 4-D CUDA tensor
+// of 2- or 4-byte elements dense in the other format; otherwise
+// t.contiguous(format).
+at::Tensor to_memory_format(const at::Tensor& t, at::MemoryFormat format);
+
+}  // namespace customconv
