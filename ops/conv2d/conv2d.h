@@ -3,8 +3,7 @@
 //
 // Images are processed in chunks bounded by workspace_limit_bytes(). Routes:
 //   * pointwise layers on channels_last data: one GEMM per pass, in place
-//     (pointwise_gemm.h), every device (the forward after the device's
-//     engine, which takes it on the CPU in float32 and on CUDA);
+//     (pointwise_gemm.h), every device;
 //   * the device's engines where they take the case (on CUDA: the implicit
 //     GEMMs of implicit_gemm.h for 16-bit and TF32 data, forward and both
 //     gradients, on channels_last data or NCHW data changed to channels_last
@@ -70,10 +69,8 @@ struct Conv2dEngines {
   Conv2dBackwardEngine grad_weight = nullptr;
   Conv2dFusedEngine fused_forward = nullptr;
   // Whether `forward` is tried before the pointwise GEMM route
-  // (pointwise_gemm.h) on channels_last data, rather than after it: on the
-  // CPU the direct kernels beat its GEMM; on CUDA the implicit GEMM costs the
-  // host less than a cuBLAS call (models with many small layers are
-  // host-bound on it), while its gradients keep the GEMM route.
+  // (pointwise_gemm.h) on channels_last data (the CPU's direct kernels beat
+  // its GEMM), rather than after it.
   bool forward_before_pointwise = false;
 };
 
@@ -160,7 +157,7 @@ inline Conv2dKernels cuda_conv2d_kernels() {
   return {cuda_column_kernels(), &batched_gemm_cuda, &gemm_parallelism_cuda,
           cuda_depthwise_kernels(),
           {&cuda_conv2d_engine, &cuda_conv2d_grad_input_engine, &cuda_conv2d_grad_weight_engine,
-           &cuda_conv2d_fused_engine, /*forward_before_pointwise=*/true}};
+           &cuda_conv2d_fused_engine}};
 }
 #endif
 

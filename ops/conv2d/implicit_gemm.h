@@ -23,11 +23,9 @@
 // iterators or the optimized ones, measured 0.53 ms against the column route's
 // 0.21-0.35 ms on ResNet-50's stem at N=32 in float16 on an H100.)
 //
-// Pointwise layers (1x1, stride 1, no padding) on channels_last data: the
-// forward runs on the fprop kernel like any other window (a cuBLAS call costs
-// the host 10-20 us more, and models of small layers are host-bound); their
-// gradients, each one matrix product over (N*H*W, C) rows, go to cuBLAS
-// (pointwise_gemm.h), which measured faster there.
+// Pointwise layers (1x1, stride 1, no padding) of any floating dtype skip the
+// convolution kernels: on channels_last data each of their passes is one
+// matrix product over (N*H*W, C) rows, which cuBLAS computes (pointwise_gemm.h).
 //
 // Grouped forward (groups > 1): groups are merged a few at a time into groups
 // of a whole number of 32-channel tiles, at most 64 channels (ResNeXt's 32

@@ -11,10 +11,9 @@
 // (16-bit and float64; the CPU), else by one more pass. Results are
 // channels_last. Each function declines (nullopt) where the case is not one it
 // takes, and conv2d.cpp tries it before the other routes, except that the
-// forward goes to the device's engine first: the CPU's float32 direct kernels
+// CPU's float32 forward goes to its direct kernel first
 // (channels_last_direct_cpu.h, few_channels_direct_cpu.h; measured faster
-// than ATen's GEMM on ResNet-50's 1x1 layers) and CUDA's implicit GEMM
-// (implicit_gemm.h; less host time per call than cuBLAS).
+// than ATen's GEMM on ResNet-50's 1x1 layers).
 #pragma once
 
 #include <ATen/core/Tensor.h>
