@@ -177,10 +177,26 @@ struct Operand {
 };
 
 // Whether NCHW data goes to the engine through a layout change each way
-// (relayout_cuda.h): grouped layers, and every layer whose NCHW route would
-// gather columns (im2col) first. Pointwise layers over large planes keep their
-// NCHW route, GEMMs on the NCHW tensors in place (nchw_gemm_in_place).
-bool relayout_nchw(const Conv2dShape<int64_t>& s) { return s.groups > 1 || !nchw_gemm_in_place(s); }
+// (relayout_cuda.h): grouped layers always; not pointwise layers whose NCHW
+// route is a GEMM on the NCHW tensors in place (nchw_gemm_in_place); the
+// gradients of every other layer. The forward where the layout changes (the
+// input, the output and the weight, each read and written once) move less than
+// half the elements that the NCHW route's column buffer holds (written by
+// im2col, then read by the GEMM): on an H100 at N=32 the changes cost more
+// than that rule of thumb suggests on 14x14 and 7x7 planes and on strided
+// layers (ResNet-50's 1x1 stride-2 and 3x3 layers from 14x14 down, whose
+// column route measured up to 1.8x faster), and less on 56x56 and 28x28 3x3
+// layers (1.2-1.8x faster than the column route).
+bool relayout_nchw(const Conv2dShape<int64_t>& s, bool forward) {
+  if (s.groups > 1) return true;
+  if (nchw_gemm_in_place(s)) return false;
+  if (!forward) return true;
+  const Window2d& w = s.win;
+  const int64_t moved = s.in.n * s.in.c * s.in.h * s.in.w + s.in.n * s.k * s.oh * s.ow +
+                        s.k * s.in.c * w.kh * w.kw;
+  const int64_t columns = s.in.n * s.in.c * w.kh * w.kw * s.oh * s.ow;
+  return 2 * moved < columns;
+}
 
 // `t` (N, C, ...) prepared for the kernels, or nullopt where the engine
 // declines: channels_last, used in place, or, with `relayout`, a dense NCHW
@@ -270,7 +286,7 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
 std::optional<at::Tensor> forward(const at::Tensor& input, const at::Tensor& weight,
                                   const std::optional<at::Tensor>& bias, const Conv2dShape<int64_t>& s,
                                   const ConvEpilogue* epilogue) {
-  const auto x = prepare(input, s, 0, relayout_nchw(s));
+  const auto x = prepare(input, s, 0, relayout_nchw(s, /*forward=*/true));
   if (!x) return std::nullopt;
   at::Tensor w = x->s.in.c == s.in.c ? weight : pad_channels(weight, x->s.in.c);
   Conv2dShape<int64_t> merged = x->s;
@@ -311,7 +327,7 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
   if ((win.sh != 1 || win.sw != 1) && (win.dh != 1 || win.dw != 1)) return std::nullopt;
   if (s.in.n * s.in.h * s.in.w == 0 || s.oh * s.ow == 0) return std::nullopt;
   if (s.in.c % channel_multiple(input) != 0) return std::nullopt;
-  const auto go = prepare(grad_output, s, 0, relayout_nchw(s));
+  const auto go = prepare(grad_output, s, 0, relayout_nchw(s, /*forward=*/false));
   if (!go) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor w = to_memory_format(weight, kChannelsLast);
@@ -330,7 +346,7 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& gra
                                                            const at::Tensor& weight,
                                                            const Conv2dShape<int64_t>& s) {
   if (s.in.n * s.oh * s.ow == 0 || s.groups != 1) return std::nullopt;
-  const auto x = prepare(input, s, channel_multiple(input), relayout_nchw(s));
+  const auto x = prepare(input, s, channel_multiple(input), relayout_nchw(s, /*forward=*/false));
   if (!x) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor go = to_memory_format(grad_output, kChannelsLast);

@@ -129,9 +129,10 @@ def test_implicit_gemm_gradients_are_channels_last_and_the_weight_gradient_repro
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_implicit_gemm_takes_nchw_data_through_a_layout_change(dtype, idx, rng, gen, seed):
     # NCHW input and grad_output (sometimes one of them channels_last), with
-    # odd plane sizes: changed to channels_last by the transpose kernel, the
-    # results changed back. F.conv2d's rule for the output's format: channels_last
-    # when the input or the weight is.
+    # odd plane sizes: the gradients (and the forward where that moves less
+    # data than the column route) changed to channels_last by the transpose
+    # kernel, the results changed back. F.conv2d's rule for the output's
+    # format: channels_last when the input or the weight is.
     layouts = ["contiguous", "contiguous", "channels_last"]
     cfg = engine_config(rng, input_layout=rng.choice(layouts), grad_layout=rng.choice(layouts))
     out = check_conv_case(conv2d_call(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
