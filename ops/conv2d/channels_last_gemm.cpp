@@ -129,6 +129,53 @@ void shifted_taps_forward(const at::Tensor& input, const at::Tensor& weight,
   }
 }
 
+// The weight gradient of the same layers, the forward's transpose: grad_output
+// placed on the zero grid over every padded position (its P x Q corner per
+// image), and each tap's (K, C) gradient the grid's rows, transposed, times the
+// padded input's rows shifted by that tap's offset, accumulated over the
+// chunks in order. No gathered copy of the windows. Returns the (K, C, kh, kw)
+// gradient, channels_last.
+at::Tensor shifted_taps_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
+                                    const Conv2dShape<int64_t>& s) {
+  const Window2d& w = s.win;
+  const int64_t hp = s.in.h + 2 * w.ph, wp = s.in.w + 2 * w.pw, plane = hp * wp;
+  const int64_t max_offset = w.dh * (w.kh - 1) * wp + w.dw * (w.kw - 1);
+  const int64_t image_bytes = checked_mul("conv2d_grad_weight", "the padded plane of one image",
+                                          plane, (s.in.c + s.k) * input.element_size());
+  const int64_t chunk = images_per_chunk(s.in.n, image_bytes);
+  // (kh, kw, K, C): each tap's gradient a contiguous (K, C) matrix.
+  const at::Tensor taps = at::empty({w.kh, w.kw, s.k, s.in.c}, input.options());
+  const at::Tensor grid_buffer = at::zeros({chunk * plane, s.k}, input.options());
+  // grad_output (N, K, P, Q) channels_last as (N, P, Q, K).
+  const at::Tensor go = grad_output.permute({0, 2, 3, 1});
+  for (int64_t n0 = 0; n0 < s.in.n; n0 += chunk) {
+    const int64_t nc = std::min(chunk, s.in.n - n0);
+    const at::Tensor padded = at::constant_pad_nd(input.narrow(0, n0, nc), {w.pw, w.pw, w.ph, w.ph})
+                                  .contiguous(at::MemoryFormat::ChannelsLast);
+    const at::Tensor rows = channels_last_rows(padded);
+    // The corner is rewritten per chunk; the rest of the grid stays zero.
+    grid_buffer.narrow(0, 0, nc * plane).view({nc, hp, wp, s.k}).narrow(1, 0, s.oh)
+        .narrow(2, 0, s.ow).copy_(go.narrow(0, n0, nc));
+    const int64_t m = nc * plane - max_offset;
+    const at::Tensor grid_t = grid_buffer.narrow(0, 0, m).t();  // (K, m)
+    for (int64_t r = 0; r < w.kh; ++r) {
+      for (int64_t t = 0; t < w.kw; ++t) {
+        const at::Tensor b = rows.narrow(0, r * w.dh * wp + t * w.dw, m);
+        at::Tensor tap = taps[r][t];
+        if (n0 == 0) {
+          at::mm_out(tap, grid_t, b);
+        } else {
+          tap.addmm_(grid_t, b);
+        }
+      }
+    }
+  }
+  at::Tensor gw = at::empty({s.k, s.in.c, w.kh, w.kw},
+                            input.options().memory_format(at::MemoryFormat::ChannelsLast));
+  gw.copy_(taps.permute({2, 3, 0, 1}));
+  return gw;
+}
+
 }  // namespace
 
 std::optional<at::Tensor> channels_last_gemm_conv2d(const at::Tensor& input,
@@ -164,9 +211,10 @@ std::optional<at::Tensor> channels_last_gemm_conv2d_grad_weight(const at::Tensor
                                                                 const at::Tensor& weight,
                                                                 const Conv2dShape<int64_t>& s) {
   if (!takes(input, s) || s.in.n * s.oh * s.ow == 0 || s.k == 0) return std::nullopt;
+  const at::Tensor go_cl = grad_output.contiguous(at::MemoryFormat::ChannelsLast);
+  if (shifted_taps_pay(s)) return shifted_taps_grad_weight(go_cl, input, s);
   const int64_t positions = s.oh * s.ow;
-  const at::Tensor go_rows =
-      channels_last_rows(grad_output.contiguous(at::MemoryFormat::ChannelsLast));
+  const at::Tensor go_rows = channels_last_rows(go_cl);
   // (K, kh*kw*C), accumulated over the chunks in order: (K, kh, kw, C) in memory.
   at::Tensor acc = at::empty({s.k, s.win.kh * s.win.kw * s.in.c}, input.options());
   for_each_chunk(input, s, [&](const at::Tensor& cols, int64_t n0, int64_t nc) {

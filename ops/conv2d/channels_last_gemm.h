@@ -19,7 +19,11 @@
 // weight is read as (K, kh, kw, C), a copy unless it is channels_last.
 // The weight gradient gathers the same rows and accumulates
 // grad_output's (N_c*P*Q, K) rows, transposed, times them over the chunks in
-// order, into a (K, kh, kw, C) result: the channels_last gradient.
+// order, into a (K, kh, kw, C) result: the channels_last gradient. On the
+// stride-1 planes above it is the transpose of the shifted taps instead:
+// grad_output placed on the zero output grid, and each tap's (K, C) gradient
+// the grid's rows, transposed, times the padded input's rows shifted by the
+// tap's offset, with no gathered copy.
 // Windows over fewer than 16 channels, and bfloat16 (whose column route
 // accumulates in float32), keep the column route. The float32 forward goes to
 // the direct kernels first (channels_last_direct_cpu.h,

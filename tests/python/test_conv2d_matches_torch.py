@@ -97,7 +97,8 @@ def test_cpu_channels_last_windows_gathered_into_rows_match_torch(dtype, idx, rn
 def test_cpu_channels_last_stride1_shifted_tap_gemms_match_torch(dtype, window, gen, seed):
     # Stride 1 on planes the padding enlarges by at most a fifth: one GEMM per
     # tap on the padded input's rows, shifted by the tap's offset, accumulated
-    # into an output grid (channels_last_gemm.cpp); bias on and off.
+    # into an output grid (channels_last_gemm.cpp), and the weight gradient as
+    # its transpose (grad_output on the grid); bias on and off.
     for with_bias in (True, False):
         cfg = ConvConfig(batch=3, in_channels=16, out_channels=24, groups=1, stride=(1, 1),
                          size=(30, 33), bias=with_bias, input_layout="channels_last",
@@ -349,19 +350,22 @@ CHUNKED_SCRIPT = textwrap.dedent(
     # ~0.4 MiB of columns per image with a 1 MiB workspace: chunks of 2 images
     # (and a last chunk of 1); the second case needs more than the limit per
     # image, so every chunk holds one image; the third, channels_last (the
-    # CPU's gathered rows, forward and weight gradient), ~0.3 MiB per image.
-    for n, c, k, hw, fmt in [(5, 3, 6, 40, torch.contiguous_format),
-                             (3, 8, 16, 48, torch.contiguous_format),
-                             (4, 16, 8, 24, torch.channels_last)]:
+    # CPU's gathered rows, forward and weight gradient), ~0.3 MiB per image;
+    # the fourth, channels_last with stride 1 (the CPU's shifted taps, forward
+    # and weight gradient), ~0.34 MiB of padded plane per image: chunks of 3.
+    for n, c, k, hw, fmt, st, dil in [(5, 3, 6, 40, torch.contiguous_format, [1, 2], [2, 1]),
+                                      (3, 8, 16, 48, torch.contiguous_format, [1, 2], [2, 1]),
+                                      (4, 16, 8, 24, torch.channels_last, [1, 2], [2, 1]),
+                                      (5, 16, 8, 40, torch.channels_last, [1, 1], [1, 1])]:
         x = torch.randn(n, c, hw, hw, dtype=torch.float64, device=device)
         x = x.contiguous(memory_format=fmt).requires_grad_()
         w = torch.randn(k, c, 3, 3, dtype=torch.float64, device=device, requires_grad=True)
         b = torch.randn(k, dtype=torch.float64, device=device, requires_grad=True)
-        out = torch.ops.customconv.conv2d(x, w, b, [1, 2], [1, 1], [2, 1], 1)
+        out = torch.ops.customconv.conv2d(x, w, b, st, [1, 1], dil, 1)
         g = torch.randn_like(out)
         grads = torch.autograd.grad(out, (x, w, b), g)
         xr, wr, br = (t.detach().cpu().requires_grad_() for t in (x, w, b))
-        ref = F.conv2d(xr, wr, br, (1, 2), 1, (2, 1))
+        ref = F.conv2d(xr, wr, br, st, 1, dil)
         rgrads = torch.autograd.grad(ref, (xr, wr, br), g.cpu())
         for name, a, e in zip(("output", "grad_input", "grad_weight", "grad_bias"),
                               (out,) + grads, (ref,) + rgrads):
