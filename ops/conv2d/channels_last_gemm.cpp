@@ -39,6 +39,42 @@ void gather_windows(const T* x, T* cols, const Conv2dShape<int64_t>& s, int64_t 
   });
 }
 
+// The input gradient of images [n0, n0 + nc), channels_last, from their
+// columns (nc*P*Q, kh*kw*C): grad_output's rows times the (K, kh*kw*C)
+// weight. Input pixel (iy, ix) gets the sum, over the output positions (p, q)
+// and taps (r, t) with iy = p*sh - ph + r*dh and ix = q*sw - pw + t*dw, of
+// tap (r, t)'s run of C channels in row (p, q): the transpose of
+// gather_windows, written as a gather so that a thread owns each pixel it
+// writes. Threads take whole input rows (n, iy); the channel loop is the
+// vectorized one.
+template <typename T>
+void sum_windows(const T* cols, T* gx, const Conv2dShape<int64_t>& s, int64_t n0, int64_t nc) {
+  const Window2d& w = s.win;
+  const int64_t c = s.in.c, h = s.in.h, wd = s.in.w;
+  const int64_t row_len = w.kh * w.kw * c;
+  at::parallel_for(0, nc * h, grain_for(wd * c * w.kh), [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) {
+      const int64_t n = m / h, iy = m % h;
+      T* dst_row = gx + ((n0 + n) * h + iy) * wd * c;
+      std::fill(dst_row, dst_row + wd * c, T(0));
+      for (int64_t r = 0; r < w.kh; ++r) {
+        const int64_t py = iy + w.ph - r * w.dh;
+        if (py < 0 || py % w.sh != 0 || py / w.sh >= s.oh) continue;
+        const T* src_row = cols + (n * s.oh + py / w.sh) * s.ow * row_len + r * w.kw * c;
+        for (int64_t ix = 0; ix < wd; ++ix) {
+          T* __restrict__ dst = dst_row + ix * c;
+          for (int64_t t = 0; t < w.kw; ++t) {
+            const int64_t qx = ix + w.pw - t * w.dw;
+            if (qx < 0 || qx % w.sw != 0 || qx / w.sw >= s.ow) continue;
+            const T* __restrict__ src = src_row + (qx / w.sw) * row_len + t * c;
+            for (int64_t k = 0; k < c; ++k) dst[k] += src[k];
+          }
+        }
+      }
+    }
+  });
+}
+
 // Whether the route takes the case: float32/float64, batched, groups 1, a
 // channels_last input; not pointwise (pointwise_gemm.h's) and 16 channels or
 // more. Fewer channels make the gathered runs too short to copy well (the
@@ -226,6 +262,36 @@ std::optional<at::Tensor> channels_last_gemm_conv2d_grad_weight(const at::Tensor
     }
   });
   return acc.view({s.k, s.win.kh, s.win.kw, s.in.c}).permute({0, 3, 1, 2});
+}
+
+std::optional<at::Tensor> channels_last_gemm_conv2d_grad_input(const at::Tensor& grad_output,
+                                                               const at::Tensor& input,
+                                                               const at::Tensor& weight,
+                                                               const Conv2dShape<int64_t>& s) {
+  if (!takes(input, s)) return std::nullopt;
+  at::Tensor gi = empty_channels_last(input, s.in.n, s.in.c, s.in.h, s.in.w);
+  if (gi.numel() == 0) return gi;
+  const int64_t positions = s.oh * s.ow;
+  if (positions == 0 || s.k == 0) return gi.zero_();
+  const int64_t row_len = s.win.kh * s.win.kw * s.in.c;
+  const at::Tensor go_rows =
+      channels_last_rows(grad_output.contiguous(at::MemoryFormat::ChannelsLast));
+  // (K, kh*kw*C): the weight with channels innermost, as the columns hold them.
+  const at::Tensor wt = weight.permute({0, 2, 3, 1}).reshape({s.k, row_len});
+  const int64_t image_bytes = checked_mul("conv2d_grad_input", "the columns of one image", positions,
+                                          row_len * input.element_size());
+  const int64_t chunk = images_per_chunk(s.in.n, image_bytes);
+  const at::Tensor cols = at::empty({chunk * positions, row_len}, input.options());
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "conv2d_grad_input_channels_last_gemm", [&] {
+    for (int64_t n0 = 0; n0 < s.in.n; n0 += chunk) {
+      const int64_t nc = std::min(chunk, s.in.n - n0);
+      at::Tensor part = cols.narrow(0, 0, nc * positions);
+      at::mm_out(part, go_rows.narrow(0, n0 * positions, nc * positions), wt);
+      sum_windows<scalar_t>(part.const_data_ptr<scalar_t>(), gi.mutable_data_ptr<scalar_t>(), s, n0,
+                            nc);
+    }
+  });
+  return gi;
 }
 
 }  // namespace customconv

@@ -1,5 +1,6 @@
-// conv2d's forward and weight gradient on channels_last data as GEMMs over
-// output positions, the CPU's engines (float32, float64; groups 1).
+// conv2d's forward, weight gradient and strided input gradient on
+// channels_last data as GEMMs over output positions, the CPU's engines
+// (float32, float64; groups 1).
 //
 // A channels_last input (N, C, H, W) lies in memory as an (N*H*W, C) matrix,
 // and a channels_last output as (N*P*Q, K). Pointwise windows (1x1, stride 1,
@@ -45,6 +46,14 @@ std::optional<at::Tensor> channels_last_gemm_conv2d(const at::Tensor& input,
                                                     const at::Tensor& weight,
                                                     const std::optional<at::Tensor>& bias,
                                                     const Conv2dShape<int64_t>& s);
+// The input gradient of the windows grad_input_as_forward (conv2d.h) leaves
+// out, strided ones above all: grad_output's rows times the (K, kh*kw*C)
+// weight give each output position's window of gradients (the columns), and
+// each input pixel sums the runs that cover it. Channels_last, like the input.
+std::optional<at::Tensor> channels_last_gemm_conv2d_grad_input(const at::Tensor& grad_output,
+                                                               const at::Tensor& input,
+                                                               const at::Tensor& weight,
+                                                               const Conv2dShape<int64_t>& s);
 std::optional<at::Tensor> channels_last_gemm_conv2d_grad_weight(const at::Tensor& grad_output,
                                                                 const at::Tensor& input,
                                                                 const at::Tensor& weight,

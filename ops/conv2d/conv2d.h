@@ -11,8 +11,9 @@
 //     on the CPU: direct float32 forward kernels, few_channels_direct_cpu.h
 //     for windows over fewer than 16 input channels and
 //     channels_last_direct_cpu.h for the others, then channels_last_gemm.h,
-//     the forward as GEMMs over the positions of channels_last data, and
-//     grouped_direct_cpu.h for grouped layers' forward);
+//     the forward, the weight gradient and the strided input gradient as GEMMs
+//     over the positions of channels_last data, and grouped_direct_cpu.h for
+//     grouped layers);
 //   * depthwise (groups == C_in > 1, weight (C*m, 1, kh, kw)): the depthwise kernels;
 //   * pointwise (1x1, stride 1, no padding) with planes of at least 128
 //     positions: the input is its own column buffer, so forward and grad input

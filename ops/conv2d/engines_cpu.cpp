@@ -27,8 +27,9 @@ std::optional<at::Tensor> cpu_conv2d_grad_input_engine(const at::Tensor& grad_ou
                                                        const at::Tensor& input,
                                                        const at::Tensor& weight,
                                                        const Conv2dShape<int64_t>& s) {
-  if (s.groups <= 1) return std::nullopt;
-  if (grad_input_as_forward(s.win)) return std::nullopt;  // the grouped forward kernel
+  // Stride-1 windows run as the forward of grad_output with the rotated weight.
+  if (grad_input_as_forward(s.win)) return std::nullopt;
+  if (s.groups <= 1) return channels_last_gemm_conv2d_grad_input(grad_output, input, weight, s);
   return grouped_direct_conv2d_grad_input_cpu(grad_output, input, weight, s);
 }
 
