@@ -127,29 +127,50 @@ bool shifted_taps_pay(const Conv2dShape<int64_t>& s) {
   return 5 * hp * wp <= 6 * s.oh * s.ow;
 }
 
+// The shifted-tap route's geometry: the padded plane (hp x wp positions), the
+// grid rows a chunk's GEMMs cover (those of every output position: all but the
+// last tap's offset, max_offset), and the images per chunk, whose padded input
+// and grid rows stay within workspace_limit_bytes().
+struct ShiftedGrid {
+  int64_t hp, wp, plane, max_offset, chunk;
+
+  ShiftedGrid(const at::Tensor& input, const Conv2dShape<int64_t>& s, const char* op) {
+    const Window2d& w = s.win;
+    hp = s.in.h + 2 * w.ph, wp = s.in.w + 2 * w.pw, plane = hp * wp;
+    max_offset = w.dh * (w.kh - 1) * wp + w.dw * (w.kw - 1);
+    chunk = images_per_chunk(s.in.n, checked_mul(op, "the padded plane of one image", plane,
+                                                 (s.in.c + s.k) * input.element_size()));
+  }
+  // Images [n0, n0 + nc) of `input`, zero-padded, as (nc*hp*wp, C) rows.
+  static at::Tensor padded_rows(const at::Tensor& input, const Window2d& w, int64_t n0, int64_t nc) {
+    return channels_last_rows(at::constant_pad_nd(input.narrow(0, n0, nc), {w.pw, w.pw, w.ph, w.ph})
+                                  .contiguous(at::MemoryFormat::ChannelsLast));
+  }
+  // Row offset of tap (r, t) in the padded rows.
+  int64_t offset(const Window2d& w, int64_t r, int64_t t) const { return r * w.dh * wp + t * w.dw; }
+  // The (nc, hp, wp, K) grid's output corner (nc, P, Q, K).
+  at::Tensor corner(const at::Tensor& grid_buffer, const Conv2dShape<int64_t>& s, int64_t nc) const {
+    return grid_buffer.narrow(0, 0, nc * plane).view({nc, hp, wp, s.k}).narrow(1, 0, s.oh).narrow(2, 0, s.ow);
+  }
+};
+
 void shifted_taps_forward(const at::Tensor& input, const at::Tensor& weight,
                           const std::optional<at::Tensor>& bias, const Conv2dShape<int64_t>& s,
                           const at::Tensor& out) {
   const Window2d& w = s.win;
-  const int64_t hp = s.in.h + 2 * w.ph, wp = s.in.w + 2 * w.pw, plane = hp * wp;
-  const int64_t max_offset = w.dh * (w.kh - 1) * wp + w.dw * (w.kw - 1);
-  const int64_t image_bytes = checked_mul("conv2d", "the padded plane of one image", plane,
-                                          (s.in.c + s.k) * input.element_size());
-  const int64_t chunk = images_per_chunk(s.in.n, image_bytes);
+  const ShiftedGrid g(input, s, "conv2d");
   // (kh, kw, C, K): each tap's weight a contiguous (C, K) matrix.
   const at::Tensor taps = weight.permute({2, 3, 1, 0}).contiguous();
   const bool has_bias = bias.has_value() && bias->defined();
-  const at::Tensor grid_buffer = at::empty({chunk * plane, s.k}, input.options());
-  for (int64_t n0 = 0; n0 < s.in.n; n0 += chunk) {
-    const int64_t nc = std::min(chunk, s.in.n - n0);
-    const at::Tensor padded = at::constant_pad_nd(input.narrow(0, n0, nc), {w.pw, w.pw, w.ph, w.ph})
-                                  .contiguous(at::MemoryFormat::ChannelsLast);
-    const at::Tensor rows = channels_last_rows(padded);
-    const int64_t m = nc * plane - max_offset;
+  const at::Tensor grid_buffer = at::empty({g.chunk * g.plane, s.k}, input.options());
+  for (int64_t n0 = 0; n0 < s.in.n; n0 += g.chunk) {
+    const int64_t nc = std::min(g.chunk, s.in.n - n0);
+    const at::Tensor rows = ShiftedGrid::padded_rows(input, w, n0, nc);
+    const int64_t m = nc * g.plane - g.max_offset;
     at::Tensor grid = grid_buffer.narrow(0, 0, m);
     for (int64_t r = 0; r < w.kh; ++r) {
       for (int64_t t = 0; t < w.kw; ++t) {
-        const at::Tensor a = rows.narrow(0, r * w.dh * wp + t * w.dw, m);
+        const at::Tensor a = rows.narrow(0, g.offset(w, r, t), m);
         const at::Tensor b = taps[r][t];
         if (r > 0 || t > 0) {
           grid.addmm_(a, b);
@@ -160,8 +181,7 @@ void shifted_taps_forward(const at::Tensor& input, const at::Tensor& weight,
         }
       }
     }
-    out.permute({0, 2, 3, 1}).narrow(0, n0, nc).copy_(
-        grid_buffer.narrow(0, 0, nc * plane).view({nc, hp, wp, s.k}).narrow(1, 0, s.oh).narrow(2, 0, s.ow));
+    out.permute({0, 2, 3, 1}).narrow(0, n0, nc).copy_(g.corner(grid_buffer, s, nc));
   }
 }
 
@@ -174,29 +194,22 @@ void shifted_taps_forward(const at::Tensor& input, const at::Tensor& weight,
 at::Tensor shifted_taps_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
                                     const Conv2dShape<int64_t>& s) {
   const Window2d& w = s.win;
-  const int64_t hp = s.in.h + 2 * w.ph, wp = s.in.w + 2 * w.pw, plane = hp * wp;
-  const int64_t max_offset = w.dh * (w.kh - 1) * wp + w.dw * (w.kw - 1);
-  const int64_t image_bytes = checked_mul("conv2d_grad_weight", "the padded plane of one image",
-                                          plane, (s.in.c + s.k) * input.element_size());
-  const int64_t chunk = images_per_chunk(s.in.n, image_bytes);
+  const ShiftedGrid g(input, s, "conv2d_grad_weight");
   // (kh, kw, K, C): each tap's gradient a contiguous (K, C) matrix.
   const at::Tensor taps = at::empty({w.kh, w.kw, s.k, s.in.c}, input.options());
-  const at::Tensor grid_buffer = at::zeros({chunk * plane, s.k}, input.options());
+  const at::Tensor grid_buffer = at::zeros({g.chunk * g.plane, s.k}, input.options());
   // grad_output (N, K, P, Q) channels_last as (N, P, Q, K).
   const at::Tensor go = grad_output.permute({0, 2, 3, 1});
-  for (int64_t n0 = 0; n0 < s.in.n; n0 += chunk) {
-    const int64_t nc = std::min(chunk, s.in.n - n0);
-    const at::Tensor padded = at::constant_pad_nd(input.narrow(0, n0, nc), {w.pw, w.pw, w.ph, w.ph})
-                                  .contiguous(at::MemoryFormat::ChannelsLast);
-    const at::Tensor rows = channels_last_rows(padded);
+  for (int64_t n0 = 0; n0 < s.in.n; n0 += g.chunk) {
+    const int64_t nc = std::min(g.chunk, s.in.n - n0);
+    const at::Tensor rows = ShiftedGrid::padded_rows(input, w, n0, nc);
     // The corner is rewritten per chunk; the rest of the grid stays zero.
-    grid_buffer.narrow(0, 0, nc * plane).view({nc, hp, wp, s.k}).narrow(1, 0, s.oh)
-        .narrow(2, 0, s.ow).copy_(go.narrow(0, n0, nc));
-    const int64_t m = nc * plane - max_offset;
+    g.corner(grid_buffer, s, nc).copy_(go.narrow(0, n0, nc));
+    const int64_t m = nc * g.plane - g.max_offset;
     const at::Tensor grid_t = grid_buffer.narrow(0, 0, m).t();  // (K, m)
     for (int64_t r = 0; r < w.kh; ++r) {
       for (int64_t t = 0; t < w.kw; ++t) {
-        const at::Tensor b = rows.narrow(0, r * w.dh * wp + t * w.dw, m);
+        const at::Tensor b = rows.narrow(0, g.offset(w, r, t), m);
         at::Tensor tap = taps[r][t];
         if (n0 == 0) {
           at::mm_out(tap, grid_t, b);
