@@ -197,11 +197,42 @@ __attribute__((always_inline)) inline int64_t forward_reuse_blocks(const float* 
   return x;
 }
 
+// Positions [x, end) of an output row with column checks (the row's edges):
+// blocks of kBlock positions, then one block of the 1 to 3 left; returns end.
+template <int P>
+__attribute__((always_inline)) inline void forward_checked_block(const float* img, const float* taps,
+                                                                 const float* bias, float* orow,
+                                                                 const Dims& d, const Window2d& k,
+                                                                 int64_t y, int64_t x, int64_t c16,
+                                                                 Activation act) {
+  for (int64_t c = 0; c < c16; c += 16) forward_block<P>(img, taps, bias, orow, d, k, y, x, c);
+  activate_positions(act, orow, d, c16, x, x + P);
+}
+__attribute__((always_inline)) inline int64_t forward_checked(const float* img, const float* taps,
+                                                              const float* bias, float* orow,
+                                                              const Dims& d, const Window2d& k,
+                                                              int64_t y, int64_t x, int64_t end,
+                                                              int64_t c16, Activation act) {
+  for (; x + kBlock <= end; x += kBlock) {
+    forward_checked_block<kBlock>(img, taps, bias, orow, d, k, y, x, c16, act);
+  }
+  static_assert(kBlock == 4, "the remainder below is 1 to 3 positions");
+  switch (end - x) {
+    case 3: forward_checked_block<3>(img, taps, bias, orow, d, k, y, x, c16, act); break;
+    case 2: forward_checked_block<2>(img, taps, bias, orow, d, k, y, x, c16, act); break;
+    case 1: forward_checked_block<1>(img, taps, bias, orow, d, k, y, x, c16, act); break;
+    default: break;
+  }
+  return end;
+}
+
 // Output rows [r0, r1) (r = n * oh + y): blocks of kBlock positions x 16
 // channels where every tap lies inside the row (kReuseBlock positions for
-// stride-1 3, 5 and 7-wide windows), single positions with column
-// checks elsewhere, then the channels past the last multiple of 16 one at a
-// time. Each block of positions gets `act` once all its channels are stored.
+// stride-1 3, 5, 7 and 13-wide windows), blocks with column checks at the
+// row's edges (small planes under wide windows are mostly edge: 6 of 14
+// positions under a 7-wide window), then the channels past the last multiple
+// of 16 one at a time. Each block of
+// positions gets `act` once all its channels are stored.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define CUSTOMCONV_FORWARD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -216,16 +247,13 @@ CUSTOMCONV_FORWARD_CLONES void forward_rows(const float* in, const float* taps, 
     const float* img = in + (r / d.oh) * d.h * d.w * d.c;
     float* orow = out + r * d.ow * d.c;
     const Inside in_row = inside(-k.pw, k.sw, k.kw, k.dw, d.w, d.ow);
-    int64_t x = 0;
-    for (; x < in_row.lo; ++x) {
-      for (int64_t c = 0; c < c16; c += 16) forward_block<1>(img, taps, bias, orow, d, k, y, x, c);
-      activate_positions(act, orow, d, c16, x, x + 1);
-    }
+    int64_t x = forward_checked(img, taps, bias, orow, d, k, y, 0, in_row.lo, c16, act);
     if (k.sw == 1 && k.dw == 1) {
       switch (k.kw) {
         case 3: x = forward_reuse_blocks<3>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act); break;
         case 5: x = forward_reuse_blocks<5>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act); break;
         case 7: x = forward_reuse_blocks<7>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act); break;
+        case 13: x = forward_reuse_blocks<13>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act); break;
         default: break;
       }
     }
@@ -235,10 +263,7 @@ CUSTOMCONV_FORWARD_CLONES void forward_rows(const float* in, const float* taps, 
       }
       activate_positions(act, orow, d, c16, x, x + kBlock);
     }
-    for (; x < d.ow; ++x) {
-      for (int64_t c = 0; c < c16; c += 16) forward_block<1>(img, taps, bias, orow, d, k, y, x, c);
-      activate_positions(act, orow, d, c16, x, x + 1);
-    }
+    forward_checked(img, taps, bias, orow, d, k, y, x, d.ow, c16, act);
     for (x = 0; x < d.ow && c16 < d.c; ++x) {
       for (int64_t c = c16; c < d.c; ++c) {
         float acc = bias != nullptr ? bias[c] : 0.f;

@@ -4,7 +4,8 @@
 NCHW kernels with the layout changed in and out. Forward and the three
 gradients against F.conv2d in float64 on random geometries (kernels up to
 7x7, stride, dilation, padding, channel counts on and off the vectors) and
-on model layers; the results stay channels_last; the weight gradient is the
+on model layers (13x13 windows and planes narrower than the window among
+them); the results stay channels_last; the weight gradient is the
 same bit for bit over repeated calls and, on the CPU, with one thread and
 with two."""
 
@@ -47,8 +48,10 @@ def test_channels_last_kernels_match_torch_on_random_configs(device, dtype, idx,
         assert out.is_contiguous(memory_format=torch.channels_last), cfg
 
 
-@pytest.mark.parametrize("layer", [(96, 56, 3, 1), (144, 28, 3, 2), (240, 14, 5, 1), (96, 28, 7, 1)],
-                         ids=["mobilenet-k3", "mobilenet-k3-s2", "efficientnet-k5", "convnext-k7"])
+@pytest.mark.parametrize("layer", [(96, 56, 3, 1), (144, 28, 3, 2), (240, 14, 5, 1), (96, 28, 7, 1),
+                                   (48, 14, 7, 1), (32, 30, 13, 1), (40, 9, 13, 1)],
+                         ids=["mobilenet-k3", "mobilenet-k3-s2", "efficientnet-k5", "convnext-k7",
+                              "convnext-k7-small-plane", "replknet-k13", "k13-plane-narrower-than-window"])
 @pytest.mark.parametrize("device,dtype", CASES)
 def test_channels_last_kernels_match_torch_on_model_layers(device, dtype, layer, gen):
     c, h, k, s = layer
