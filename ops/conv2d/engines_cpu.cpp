@@ -38,7 +38,8 @@ std::optional<at::Tensor> cpu_conv2d_fused_engine(const at::Tensor& input, const
                                                   const std::optional<at::Tensor>& bias,
                                                   const Conv2dShape<int64_t>& s,
                                                   const ConvEpilogue& epilogue) {
-  if (s.groups > 1) return std::nullopt;
+  // Pointwise layers the GEMM takes faster: the GEMM, then the epilogue's pass.
+  if (s.groups > 1 || pointwise_for_gemm(s)) return std::nullopt;
   return channels_last_direct_conv2d_cpu(input, weight, bias, s, &epilogue);
 }
 
