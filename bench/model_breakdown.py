@@ -29,8 +29,13 @@ import customconv  # noqa: E402
 from e2e import make_base  # noqa: E402
 
 
+def grad_mode(fn):
+    """Autograd on for a training step (train_step), off for inference."""
+    return torch.set_grad_enabled(getattr(fn, "train_step", False))
+
+
 def per_forward_ms(fn, x, reps):
-    with torch.set_grad_enabled(torch.is_grad_enabled() and getattr(fn, "train_step", False)):
+    with grad_mode(fn):
         for _ in range(3):
             fn(x)
         torch.cuda.synchronize()
@@ -44,7 +49,7 @@ def per_forward_ms(fn, x, reps):
 
 
 def kernels(fn, x, reps):
-    with torch.set_grad_enabled(torch.is_grad_enabled() and getattr(fn, "train_step", False)):
+    with grad_mode(fn):
         fn(x)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -58,7 +63,7 @@ def kernels(fn, x, reps):
 
 def host_ops(fn, x, reps):
     """The operators taking the most host (CPU) time per forward, self time."""
-    with torch.set_grad_enabled(torch.is_grad_enabled() and getattr(fn, "train_step", False)):
+    with grad_mode(fn):
         fn(x)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -24,6 +24,9 @@ struct Window2d {
   // Span of the dilated kernel: dilation * (k - 1) + 1 (checked not to overflow).
   int64_t extent_h() const { return dh * (kh - 1) + 1; }
   int64_t extent_w() const { return dw * (kw - 1) + 1; }
+  // A 1x1 window with stride 1 and no padding: each output position reads its
+  // own input position, so the convolution is a matrix product over positions.
+  bool pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
 };
 
 // Validates kernel_size > 0, stride > 0, padding >= 0, dilation > 0, every list

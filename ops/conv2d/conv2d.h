@@ -115,9 +115,8 @@ inline Conv2dKernels cpu_conv2d_kernels() {
 // padding not negative, not a 1x1 unpadded window), so that a grouped
 // layer's grad_input engine leaves it to that route and its forward engine.
 inline bool grad_input_as_forward(const Window2d& w) {
-  const bool pointwise = w.kh == 1 && w.kw == 1 && w.ph == 0 && w.pw == 0;
   return w.sh == 1 && w.sw == 1 && w.dh * (w.kh - 1) >= w.ph && w.dw * (w.kw - 1) >= w.pw &&
-         !pointwise;
+         !w.pointwise();
 }
 
 // Whether the NCHW routes compute a layer's forward and input gradient as
@@ -127,9 +126,7 @@ inline bool grad_input_as_forward(const Window2d& w) {
 // The CUDA engines change the layout of other NCHW data instead.
 constexpr int64_t kPointwisePerImageMinLength = 128;
 inline bool nchw_gemm_in_place(const Conv2dShape<int64_t>& s) {
-  const Window2d& w = s.win;
-  return w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0 &&
-         s.oh * s.ow >= kPointwisePerImageMinLength;
+  return s.win.pointwise() && s.oh * s.ow >= kPointwisePerImageMinLength;
 }
 
 #ifdef CUSTOMCONV_WITH_CUDA

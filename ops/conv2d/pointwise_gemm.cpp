@@ -10,9 +10,8 @@ namespace {
 constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
 
 bool takes(const Conv2dShape<int64_t>& s) {
-  const Window2d& w = s.win;
-  return s.in.batched && s.groups == 1 && w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 &&
-         w.ph == 0 && w.pw == 0 && s.in.n * s.in.h * s.in.w > 0 && s.in.c > 0 && s.k > 0;
+  return s.in.batched && s.groups == 1 && s.win.pointwise() && s.in.n * s.in.h * s.in.w > 0 &&
+         s.in.c > 0 && s.k > 0;
 }
 
 // The operands are made with one as_strided call each (rather than chains of
