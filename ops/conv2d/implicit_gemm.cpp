@@ -7,6 +7,7 @@
 #include "ops/common/launch.h"
 #include "ops/common/relayout_cuda.h"
 #include "ops/conv2d/conv2d.h"
+#include "ops/conv2d/space_to_depth_cuda.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -81,6 +82,14 @@ implicit_gemm::ConvProblem geometry(const at::Tensor& input, const Conv2dShape<i
   pr.stream = at::cuda::getCurrentCUDAStream().stream();
   pr.multiprocessors = multiprocessors(pr.device);
   return pr;
+}
+
+// The input's strides for the kernels where it is a view other than packed
+// channels_last (packed_input's folded columns).
+void set_input_strides(implicit_gemm::ConvProblem& pr, const at::Tensor& input) {
+  if (input.is_contiguous(kChannelsLast)) return;
+  pr.input_strides[0] = input.stride(3), pr.input_strides[1] = input.stride(2);
+  pr.input_strides[2] = input.stride(0);
 }
 
 // One pass's kernels per element type.
@@ -167,6 +176,84 @@ int wgrad_split_k(const Conv2dShape<int64_t>& s, int device, WgradTile tile) {
 // t (N, C, H, W) with zero channels appended up to c, channels_last.
 at::Tensor pad_channels(const at::Tensor& t, int64_t c) {
   return at::constant_pad_nd(t.permute({0, 2, 3, 1}), {0, c - t.size(1)}).permute({0, 3, 1, 2});
+}
+
+// Strided layers with fewer input channels than a vector (RGB stems: 7x7
+// stride 2 in ResNets) run as the stride-1 convolution that
+// space_to_depth_cuda.h packs them into: phases and neighbouring columns
+// folded into the channels until each tap holds one whole reduction step of
+// the fprop kernel (64 channels in 16-bit, 32 in float32), whose optimized
+// iterators step through C per tap in such steps. ResNet-50's stem in
+// float16: 4x1 taps of 64 channels, a 256-long reduction for the layer's 147
+// (7x7 taps of 3 channels), at full 16-byte vectors, where the column route
+// ran im2col and a GEMM whose 147-long rows are not 16-byte aligned. Packing
+// the phases alone (16 channels a tap) left three quarters of each step
+// empty (0.21 ms against cuDNN's 0.09 at N=32 in float16 on an H100), and
+// CUTLASS's few-channels iterators, which step through the flattened
+// reduction, compute coordinates per vector and ran as slow. Stems whose
+// packed reduction would be more than twice the layer's (3x3 stride 2,
+// 27 -> 128) keep the column route.
+constexpr int64_t kPackedChannels = 4;  // channels per phase: C is at most this
+
+struct PackedStem {
+  Conv2dShape<int64_t> shape;  // the packed convolution's
+  SpaceToDepth input, weight;
+};
+
+std::optional<PackedStem> packed_stem(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  const Window2d& w = s.win;
+  const int64_t m = channel_multiple(input);
+  if (!takes_dtype(input) || input.dim() != 4 || s.groups != 1 || s.in.c == 0 ||
+      s.in.c > kPackedChannels || s.in.c % m == 0 || w.dh != 1 || w.dw != 1 ||
+      w.sh * w.sw < 2 || s.in.n * s.oh * s.ow == 0) {
+    return std::nullopt;
+  }
+  const int64_t step = 128 / input.element_size();  // the fprop kernels' reduction step
+  const int64_t phases = kPackedChannels * w.sh * w.sw;
+  if (step % phases != 0 && phases % step != 0) return std::nullopt;
+  const int64_t fold = std::max<int64_t>(1, step / phases);
+  const int64_t th = (w.kh + w.sh - 1) / w.sh, tw = (w.kw + w.sw * fold - 1) / (w.sw * fold);
+  if (th * tw * phases * fold > 2 * w.kh * w.kw * s.in.c) return std::nullopt;
+  PackedStem p{s, {w.sh, w.sw, w.ph, w.pw, kPackedChannels, fold, 1},
+               {w.sh, w.sw, 0, 0, kPackedChannels, fold, fold}};
+  p.shape.in.c = phases * fold;
+  p.shape.in.h = s.oh + th - 1, p.shape.in.w = s.ow + fold * (tw - 1);
+  p.shape.win = Window2d{th, tw, 1, 1, 0, 0, 1, fold};
+  if (!takes(input, p.shape)) return std::nullopt;
+  return p;
+}
+
+// The packed input: the phases packed (fold 1) on a plane fold - 1 columns
+// wider, and the folded columns an overlapping view of it (channel j*phases + i
+// of column b is channel i of column b + j), which the kernels read through
+// its strides: a quarter of the bytes that packing the folds would write.
+at::Tensor packed_input(const at::Tensor& input, const PackedStem& p) {
+  SpaceToDepth phases_only = p.input;
+  phases_only.fold = 1;
+  const int64_t fold = p.input.fold, h = p.shape.in.h, w = p.shape.in.w + fold - 1;
+  const at::Tensor t = space_to_depth_cuda(input, phases_only, h, w);
+  if (fold == 1) return t;
+  const int64_t c = t.size(1);
+  return t.as_strided({t.size(0), c * fold, h, p.shape.in.w}, {h * w * c, 1, w * c, c});
+}
+at::Tensor packed_weight(const at::Tensor& weight, const PackedStem& p) {
+  return space_to_depth_cuda(weight, p.weight, p.shape.win.kh, p.shape.win.kw);
+}
+
+// The packed weight's gradient (K, fold*sh*sw*cv, th, tw), stored
+// channels_last, unpacked into the layer's (K, C, kh, kw): channel
+// ((j*sh + u)*sw + v)*cv + c of tap (t, t') is tap (sh*t + u, sw*(fold*t' + j) + v)
+// of channel c.
+at::Tensor unpacked_weight_grad(const at::Tensor& g, const PackedStem& p, const Conv2dShape<int64_t>& s) {
+  const SpaceToDepth& q = p.weight;
+  const int64_t k = g.size(0), th = g.size(2), tw = g.size(3);
+  return g.permute({0, 2, 3, 1})
+      .view({k, th, tw, q.fold, q.sh, q.sw, q.cv})
+      .permute({0, 6, 1, 4, 2, 3, 5})
+      .reshape({k, q.cv, th * q.sh, tw * q.fold * q.sw})
+      .narrow(1, 0, s.in.c)
+      .narrow(2, 0, s.win.kh)
+      .narrow(3, 0, s.win.kw);
 }
 
 // An activation (the input, or grad_output) and the shape as the kernels take
@@ -259,6 +346,7 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
   if (out.numel() == 0) return out;
   implicit_gemm::ConvProblem pr = geometry(input, s);
   pr.input = const_cast<void*>(input.const_data_ptr());
+  set_input_strides(pr, input);
   pr.weight = const_cast<void*>(w.const_data_ptr());
   pr.output = out.mutable_data_ptr();
   pr.bias = has_bias ? b.const_data_ptr() : nullptr;
@@ -286,6 +374,12 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
 std::optional<at::Tensor> forward(const at::Tensor& input, const at::Tensor& weight,
                                   const std::optional<at::Tensor>& bias, const Conv2dShape<int64_t>& s,
                                   const ConvEpilogue* epilogue) {
+  if (const auto packed = packed_stem(input, s)) {
+    const auto out = fprop(packed_input(input, *packed), packed_weight(weight, *packed), bias,
+                           packed->shape, epilogue);
+    if (!out) return std::nullopt;
+    return in_format(*out, input, weight);
+  }
   const auto x = prepare(input, s, 0, relayout_nchw(s, /*forward=*/true));
   if (!x) return std::nullopt;
   at::Tensor w = x->s.in.c == s.in.c ? weight : pad_channels(weight, x->s.in.c);
@@ -298,6 +392,40 @@ std::optional<at::Tensor> forward(const at::Tensor& input, const at::Tensor& wei
   const auto out = fprop(x->t, w, bias, merged, epilogue);
   if (!out) return std::nullopt;
   return in_format(*out, input, weight);
+}
+
+// The weight gradient on prepared operands (x and go channels_last, xs the
+// shape the kernels take): (K, xs.in.c, kh, kw), stored channels_last, in the
+// element type; nullopt where the kernels decline.
+std::optional<at::Tensor> wgrad(const at::Tensor& x, const at::Tensor& go,
+                                const Conv2dShape<int64_t>& xs) {
+  if (!aligned16(x) || !aligned16(go)) return std::nullopt;
+  implicit_gemm::ConvProblem pr = geometry(x, xs);
+  pr.input = const_cast<void*>(x.const_data_ptr());
+  set_input_strides(pr, x);
+  pr.output = const_cast<void*>(go.const_data_ptr());
+#ifdef CUSTOMCONV_WITH_SM90A
+  // (The Hopper kernel reads packed NHWC only.)
+  pr.wgrad_tile = pr.input_strides[0] != 0 ? WgradTile::kLarge : wgrad_tile(x, xs, is_sm90(pr.device));
+  if (pr.wgrad_tile == WgradTile::kSm90) {
+    // One pass, written in the element type: (K, kh, kw, C) in memory.
+    const at::Tensor gw = at::empty({xs.k, xs.in.c, xs.win.kh, xs.win.kw},
+                                    x.options().memory_format(kChannelsLast));
+    pr.weight = gw.mutable_data_ptr();
+    const bool launched = x.scalar_type() == at::kHalf ? implicit_gemm::wgrad_sm90_f16(pr)
+                                                       : implicit_gemm::wgrad_sm90_bf16(pr);
+    if (launched) return gw;
+  }
+#endif
+  pr.wgrad_tile = wgrad_tile(x, xs, false);
+  pr.split_k = wgrad_split_k(xs, pr.device, pr.wgrad_tile);
+  // The slices' float32 (K, kh, kw, C) planes, summed in order and rounded once.
+  const at::Tensor planes = at::empty({pr.split_k, xs.k, xs.win.kh, xs.win.kw, xs.in.c},
+                                      x.options().dtype(at::kFloat));
+  pr.weight = planes.mutable_data_ptr();
+  if (!kWgrad(x, pr)) return std::nullopt;
+  // (K, kh, kw, C) in memory: the (K, C, kh, kw) gradient, channels_last.
+  return at::sum(planes, {0}, false, x.scalar_type()).permute({0, 3, 1, 2});
 }
 
 }  // namespace
@@ -346,38 +474,20 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& gra
                                                            const at::Tensor& weight,
                                                            const Conv2dShape<int64_t>& s) {
   if (s.in.n * s.oh * s.ow == 0 || s.groups != 1) return std::nullopt;
+  if (const auto packed = packed_stem(input, s)) {
+    const c10::cuda::CUDAGuard guard(input.device());
+    const auto gw = wgrad(packed_input(input, *packed),
+                          to_memory_format(grad_output, kChannelsLast), packed->shape);
+    if (!gw) return std::nullopt;
+    return in_format(unpacked_weight_grad(*gw, *packed, s), input, weight);
+  }
   const auto x = prepare(input, s, channel_multiple(input), relayout_nchw(s, /*forward=*/false));
   if (!x) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
-  const at::Tensor go = to_memory_format(grad_output, kChannelsLast);
-  if (!aligned16(go)) return std::nullopt;
-  const Conv2dShape<int64_t>& xs = x->s;
-  implicit_gemm::ConvProblem pr = geometry(input, xs);
-  pr.input = const_cast<void*>(x->t.const_data_ptr());
-  pr.output = const_cast<void*>(go.const_data_ptr());
-#ifdef CUSTOMCONV_WITH_SM90A
-  pr.wgrad_tile = wgrad_tile(input, xs, is_sm90(pr.device));
-  if (pr.wgrad_tile == WgradTile::kSm90) {
-    // One pass, written in the element type: (K, kh, kw, C) in memory.
-    const at::Tensor gw = at::empty({xs.k, xs.in.c, xs.win.kh, xs.win.kw},
-                                    input.options().memory_format(kChannelsLast));
-    pr.weight = gw.mutable_data_ptr();
-    const bool launched = input.scalar_type() == at::kHalf ? implicit_gemm::wgrad_sm90_f16(pr)
-                                                           : implicit_gemm::wgrad_sm90_bf16(pr);
-    if (launched) return in_format(xs.in.c == s.in.c ? gw : gw.narrow(1, 0, s.in.c), input, weight);
-  }
-#endif
-  pr.wgrad_tile = wgrad_tile(input, xs, false);
-  pr.split_k = wgrad_split_k(xs, pr.device, pr.wgrad_tile);
-  // The slices' float32 (K, kh, kw, C) planes, summed in order and rounded once.
-  const at::Tensor planes = at::empty({pr.split_k, xs.k, xs.win.kh, xs.win.kw, xs.in.c},
-                                      input.options().dtype(at::kFloat));
-  pr.weight = planes.mutable_data_ptr();
-  if (!kWgrad(input, pr)) return std::nullopt;
-  // (K, kh, kw, C) in memory: the (K, C, kh, kw) gradient, channels_last; the
-  // padded channels' gradient dropped.
-  const at::Tensor gw = at::sum(planes, {0}, false, input.scalar_type()).permute({0, 3, 1, 2});
-  return in_format(xs.in.c == s.in.c ? gw : gw.narrow(1, 0, s.in.c), input, weight);
+  const auto gw = wgrad(x->t, to_memory_format(grad_output, kChannelsLast), x->s);
+  if (!gw) return std::nullopt;
+  // The padded channels' gradient dropped.
+  return in_format(x->s.in.c == s.in.c ? *gw : gw->narrow(1, 0, s.in.c), input, weight);
 }
 
 // The gradients of grouped layers with at most kMaxDenseGroups groups, where

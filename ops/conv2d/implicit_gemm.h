@@ -17,12 +17,13 @@
 // used as it is, another is copied into that layout. Results are
 // channels_last, as F.conv2d and its gradients are for channels_last inputs.
 //
-// Fewer input channels than a vector (an RGB stem) are padded with zeros to a
-// vector for the weight gradient; the forward and the input gradient decline
-// them. (A forward on the padded stem, through CUTLASS's few-channels
-// iterators or the optimized ones, measured 0.53 ms against the column route's
-// 0.21-0.35 ms on ResNet-50's stem at N=32 in float16 on an H100.)
-//
+// Strided layers with fewer input channels than a vector (RGB stems) run
+// packed by space-to-depth (space_to_depth_cuda.h) into a stride-1
+// convolution of 4 * stride_h * stride_w channels: the forward and the weight
+// gradient; their input gradient is declined. Other layers with fewer input
+// channels than a vector are padded with zeros to a vector for the weight
+// gradient, and their forward and input gradient are declined.
+
 // Pointwise layers (1x1, stride 1, no padding) of any floating dtype skip the
 // convolution kernels: on channels_last data each of their passes is one
 // matrix product over (N*H*W, C) rows, which cuBLAS computes (pointwise_gemm.h).
@@ -140,6 +141,11 @@ struct ConvProblem {
   // split-K sum, and decline them (false) otherwise.
   const void* residual = nullptr;
   Activation activation = Activation::kIdentity;
+  // fprop and wgrad: the input's strides in elements between neighbouring
+  // positions along w, h and n, where they are not those of packed NHWC
+  // (zeros): the packed stems' overlapping view (C contiguous, 16-byte
+  // aligned strides).
+  int64_t input_strides[3] = {0, 0, 0};
   // The device's multiprocessors (the tile choice of dgrad reads it).
   int multiprocessors = 0;
   // wgrad only: the kernel (its split_k planes sized for that kernel's tile).

@@ -191,7 +191,7 @@ bool launch_fused_fprop(const ConvProblem& pr) {
   op.activation = pr.activation;
   op.source = r != nullptr;
   const typename Device::Arguments args(
-      problem_size(pr), {as<Element>(pr.input), Layout::packed({pr.n, pr.h, pr.w, pr.c})},
+      problem_size(pr), {as<Element>(pr.input), input_layout(pr)},
       {as<Element>(pr.weight), Layout::packed({pr.k, pr.r, pr.s, pr.c})}, {r ? r : y, out_layout},
       {y, out_layout}, op, cutlass::conv::SplitKMode::kSerial, const_cast<void*>(pr.bias));
   return launch<Kernel>(args, pr);
@@ -210,7 +210,7 @@ bool launch_fused_group_fprop(const ConvProblem& pr) {
   op.activation = pr.activation;
   op.source = b != nullptr;
   const typename Device::Arguments args(
-      problem_size(pr), {as<Element>(pr.input), Layout::packed({pr.n, pr.h, pr.w, pr.c})},
+      problem_size(pr), {as<Element>(pr.input), input_layout(pr)},
       {as<Element>(pr.weight), Layout::packed({pr.k, pr.r, pr.s, pr.c / pr.groups})},
       {b ? b : y, b ? bias_layout : out_layout}, {y, out_layout}, op);
   return launch<Kernel>(args, pr);

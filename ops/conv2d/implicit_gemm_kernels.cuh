@@ -145,6 +145,16 @@ inline cutlass::conv::Conv2dProblemSize problem_size(const ConvProblem& pr, int 
       pr.groups);
 }
 
+// The input activation's layout as fprop and wgrad read it: its strides
+// where given (an overlapping view: the packed stems' folded columns,
+// implicit_gemm.cpp), else packed NHWC.
+inline Layout input_layout(const ConvProblem& pr) {
+  if (pr.input_strides[0] == 0) return Layout::packed({pr.n, pr.h, pr.w, pr.c});
+  typename Layout::Stride stride;
+  for (int i = 0; i < 3; ++i) stride[i] = pr.input_strides[i];
+  return Layout(stride);
+}
+
 template <typename Element>
 Element* as(const void* p) {
   return static_cast<Element*>(const_cast<void*>(p));
@@ -183,7 +193,7 @@ bool launch_fprop(const ConvProblem& pr) {
   auto* y = split ? static_cast<ElementOut*>(pr.workspace) : as<ElementOut>(pr.output);
   auto* b = split ? nullptr : as<ElementOut>(pr.bias);
   const typename Device::Arguments args(
-      problem_size(pr, pr.split_k), {as<Element>(pr.input), Layout::packed({pr.n, pr.h, pr.w, pr.c})},
+      problem_size(pr, pr.split_k), {as<Element>(pr.input), input_layout(pr)},
       {as<Element>(pr.weight), Layout::packed({pr.k, pr.r, pr.s, pr.c / pr.groups})},
       {b ? b : y, b ? bias_layout : out_layout}, {y, out_layout}, {1.0f, b ? 1.0f : 0.0f},
       split ? cutlass::conv::SplitKMode::kParallel : cutlass::conv::SplitKMode::kSerial);
@@ -297,7 +307,7 @@ bool wgrad_with(const ConvProblem& pr) {
   auto* gw = static_cast<float*>(pr.weight);
   typename Device::Arguments args(
       problem_size(pr, pr.split_k), {as<Element>(pr.output), Layout::packed({pr.n, pr.p, pr.q, pr.k})},
-      {as<Element>(pr.input), Layout::packed({pr.n, pr.h, pr.w, pr.c})}, {gw, w_layout},
+      {as<Element>(pr.input), input_layout(pr)}, {gw, w_layout},
       {gw, w_layout}, {1.0f, 0.0f},
       pr.split_k > 1 ? cutlass::conv::SplitKMode::kParallel : cutlass::conv::SplitKMode::kSerial);
   return launch<Kernel>(args, pr);

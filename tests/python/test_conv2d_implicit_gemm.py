@@ -9,6 +9,7 @@ results; with TF32 off, float32 takes the exact route; inputs the engine
 declines (channels not a multiple of 8, groups, non-contiguous views) keep the
 other routes and the same results."""
 
+import contextlib
 import random
 
 import pytest
@@ -67,7 +68,7 @@ def test_implicit_gemm_matches_torch_on_random_channels_last_configs(dtype, idx,
 def test_implicit_gemm_matches_torch_on_resnet_layers(dtype, layer, gen, seed):
     # Forward and both gradients: the fprop tiles (narrow, large, split-K on
     # small planes), the strided dgrad, the split-K wgrad, the pointwise GEMMs
-    # and the RGB stem (its 3 channels padded to a whole vector).
+    # and the RGB stem (packed by space-to-depth).
     cfg = ConvConfig(batch=2, groups=1, dilation=(1, 1), bias=True, input_layout="channels_last",
                      weight_layout="channels_last", grad_layout="channels_last", **layer)
     out = check_conv_case(conv2d_call(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
@@ -139,6 +140,82 @@ def test_implicit_gemm_takes_nchw_data_through_a_layout_change(dtype, idx, rng, 
     either_cl = "channels_last" in (cfg.input_layout, cfg.weight_layout)
     want = torch.channels_last if either_cl else torch.contiguous_format
     assert out.is_contiguous(memory_format=want), cfg
+
+
+def kernels_launched(fn) -> str:
+    """The names of the CUDA kernels fn() launches, one string."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return " ".join(e.name for e in prof.events())
+
+
+@contextlib.contextmanager
+def tf32_allowed():
+    """PyTorch's default TF32 policy for convolutions (the tests run with it off)."""
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+
+
+def assert_close_in_norm(got: torch.Tensor, want: torch.Tensor, rel: float, ctx) -> None:
+    """|got - want| / |want| <= rel in the 2-norm over the whole tensor."""
+    err = float((got.double() - want).norm() / want.norm())
+    assert err <= rel, (ctx, err)
+
+
+@pytest.mark.parametrize("idx", range(12))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_stems_run_packed_by_space_to_depth(dtype, idx, rng, gen, seed):
+    # Few input channels with a stride (RGB stems: ResNet's 7x7 stride 2, a
+    # 4x4 stride-4 patch embedding, and others whose packed reduction stays
+    # within twice the layer's): the forward and the weight gradient run as
+    # the packed stride-1 convolution (float32 with TF32 allowed, PyTorch's
+    # default), in either input layout, with windows that are and are not
+    # multiples of the stride, odd planes and paddings; the input gradient
+    # takes the other routes. Channels from the fewest the rule packs up to
+    # 4 (3 in float32, where 4 channels are a whole vector).
+    kernel, stride, fewest = rng.choice([((7, 7), (2, 2), 3), ((7, 7), (2, 2), 3), ((4, 4), (4, 4), 2),
+                                         ((8, 8), (4, 4), 2), ((5, 5), (2, 2), 4), ((7, 7), (2, 1), 3),
+                                         ((6, 6), (2, 4), 3)])
+    most = 3 if dtype == torch.float32 else 4
+    if fewest > most:
+        kernel, stride, fewest = (7, 7), (2, 2), 3
+    channels = rng.randint(fewest, most)
+    padding = tuple(rng.randint(0, k // 2 + 1) for k in kernel)
+    size = tuple(k + rng.randint(0, 30) for k in kernel)
+    cfg = ConvConfig(batch=rng.choice([1, 2, 3]), in_channels=channels,
+                     out_channels=8 * rng.randint(1, 9), groups=1, kernel=kernel, stride=stride,
+                     padding=padding, dilation=(1, 1), size=size, bias=rng.random() < 0.7,
+                     input_layout=rng.choice(["contiguous", "channels_last"]),
+                     weight_layout=rng.choice(["contiguous", "channels_last"]),
+                     grad_layout=rng.choice(["contiguous", "channels_last"]))
+    ctx = f"seed={seed} {dtype} {cfg}"
+    if dtype != torch.float32:  # (float32 runs the engine with TF32 only: checked below)
+        check_conv_case(conv2d_call(cfg), cfg, "cuda", dtype, gen, ctx)
+    x = make_tensor(cfg.input_shape, dtype, "cuda", cfg.input_layout, gen, True)
+    w = make_tensor(cfg.weight_shape, dtype, "cuda", cfg.weight_layout, gen, True)
+    b = make_tensor((cfg.out_channels,), dtype, "cuda", gen=gen) if cfg.bias else None
+    args = (list(stride), list(padding), [1, 1], 1)
+    with tf32_allowed():
+        out = ops.conv2d(x, w, b, *args)
+        go = make_tensor(out.shape, dtype, "cuda", cfg.grad_layout, gen)
+        gw = ops.conv2d_grad_weight(go, x, w, *args)
+        for fn in (lambda: ops.conv2d(x, w, b, *args), lambda: ops.conv2d_grad_weight(go, x, w, *args)):
+            names = kernels_launched(fn)
+            assert "space_to_depth" in names and "ImplicitGemmConvolution" in names, (ctx, names[:300])
+    either_cl = "channels_last" in (cfg.input_layout, cfg.weight_layout)
+    assert out.is_contiguous(memory_format=torch.channels_last if either_cl else torch.contiguous_format)
+    assert gw.is_contiguous(memory_format=torch.channels_last if either_cl else torch.contiguous_format)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    want = F.conv2d(x64, w64, None if b is None else b.double(), stride, padding)
+    want_gw, = torch.autograd.grad(want, w64, go.double())
+    rel = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2, torch.float32: 2e-3}[dtype]
+    assert_close_in_norm(out, want, rel, ctx)
+    assert_close_in_norm(gw, want_gw, rel, ctx)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
