@@ -9,7 +9,10 @@
 // group the block spans 8, 4 or 2 groups and each lane reads its own group's
 // input. In the forward, blocks of 4 output positions share each weight
 // vector; rows of output positions (or, for weights over 256 KB, images x
-// chunks of lane blocks) are spread over ATen's threads. A channels_last
+// chunks of lane blocks) are spread over ATen's threads. Groups of 8 input
+// channels (and a multiple of 8 output channels) take a forward without
+// broadcasts instead: the group's 8 input channels are the lanes, 8 output
+// channels' sums are reduced at the end by an in-register transpose. A channels_last
 // input is read in place (an NCHW one is changed to channels_last first), the
 // result has F.conv2d's memory format; the weight is read as (K/8, kh, kw,
 // C/groups, 8), a small copy.

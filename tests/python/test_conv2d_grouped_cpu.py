@@ -42,10 +42,23 @@ def test_grouped_cpu_matches_torch_on_random_configs(idx, rng, gen, seed):
     assert out.is_contiguous(memory_format=torch.channels_last if cl else torch.contiguous_format)
 
 
-@pytest.mark.parametrize("layer", [(128, 128, 32, 1, 12), (256, 256, 32, 2, 12), (512, 512, 32, 1, 7),
-                                   (48, 48, 6, 2, 14), (104, 104, 13, 1, 9)],
-                         ids=["resnext-4pg", "resnext-8pg-s2", "resnext-16pg", "regnet-6g-s2",
-                              "regnet-13g"])
+@pytest.mark.parametrize("idx", range(10))
+def test_groups_of_8_input_channels_match_torch(idx, rng, gen, seed):
+    # 8 input channels per group (8, 16 or 24 output channels): the kernel
+    # with the input channels as the lanes, forward and the stride-1 input
+    # gradient (the forward of grad_output with the rotated weight, whose
+    # groups have 8 input channels where the layer has 8 output channels).
+    kg = rng.choice([8, 8, 16, 24])
+    cfg = grouped_config(rng, in_channels=8 * 4, out_channels=kg * 4, groups=4)
+    out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
+    cl = "channels_last" in (cfg.input_layout, cfg.weight_layout)
+    assert out.is_contiguous(memory_format=torch.channels_last if cl else torch.contiguous_format)
+
+
+@pytest.mark.parametrize("layer", [(128, 128, 32, 1, 12), (256, 256, 32, 2, 12), (256, 256, 32, 1, 10),
+                                   (512, 512, 32, 1, 7), (48, 48, 6, 2, 14), (104, 104, 13, 1, 9)],
+                         ids=["resnext-4pg", "resnext-8pg-s2", "resnext-8pg", "resnext-16pg",
+                              "regnet-6g-s2", "regnet-13g"])
 def test_grouped_cpu_matches_torch_on_model_layers(layer, gen, seed):
     c, k, groups, s, h = layer
     cfg = ConvConfig(batch=2, in_channels=c, out_channels=k, groups=groups, kernel=(3, 3),
