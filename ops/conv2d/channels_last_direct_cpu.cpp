@@ -98,11 +98,19 @@ __attribute__((always_inline)) inline void direct_block(const Geometry& g, const
   for (int t = 0; t < P; ++t) {
     float* d = org[t].out;
     if (fused) {
-      float res[NV * W] = {};
-      if (org[t].residual != nullptr) {
-        std::memcpy(res, org[t].residual, std::min<int64_t>(valid, NV * W) * sizeof(float));
+      // The residual read in place; only a last, partial block of channels
+      // is copied first (a copy of variable length is a library call: per
+      // position, it once took most of a 56x56 layer's time).
+      const float* r = org[t].residual;
+      if (r == nullptr) {
+        for (int v = 0; v < NV; ++v) acc[t][v] = epilogue<V>(acc[t][v], g.act);
+      } else if (valid >= NV * W) {
+        for (int v = 0; v < NV; ++v) acc[t][v] = epilogue<V>(acc[t][v] + loadv<V>(r + v * W), g.act);
+      } else {
+        float res[NV * W] = {};
+        std::memcpy(res, r, valid * sizeof(float));
+        for (int v = 0; v < NV; ++v) acc[t][v] = epilogue<V>(acc[t][v] + loadv<V>(res + v * W), g.act);
       }
-      for (int v = 0; v < NV; ++v) acc[t][v] = epilogue<V>(acc[t][v] + loadv<V>(res + v * W), g.act);
     }
     store_lanes<V, NV>(d, acc[t], valid);
   }

@@ -29,13 +29,15 @@ REFERENCE = {
 # counts are multiples of 8, so that channels_last 16-bit cases reach the GPU's
 # implicit GEMMs (whose epilogue applies the activation and the residual); the
 # 1x1 and small-plane cases take their split reduction, "large-plane" the
-# direct epilogue; "grouped" merges groups into 32-channel groups; "grouped-8"
+# direct epilogue, "wide" whole and partial channel blocks of the CPU's direct
+# kernel; "grouped" merges groups into 32-channel groups; "grouped-8"
 # does not merge (direct kernels, then the epilogue as a second pass).
 GEOMETRIES = {
     "3x3": (2, 16, 9, 10, 32, (3, 3), 1, 1, 1, 1),
     "1x1": (2, 32, 8, 8, 64, (1, 1), 1, 0, 1, 1),
     "strided": (2, 16, 11, 12, 24, (3, 3), 2, 1, 1, 1),
     "large-plane": (4, 16, 64, 64, 32, (3, 3), 1, 1, 1, 1),
+    "wide": (2, 16, 10, 11, 80, (3, 3), 1, 1, 1, 1),  # a whole 64-channel block and a part
     "dilated-rect": (1, 8, 12, 13, 16, (2, 3), 1, (1, 2), (2, 1), 1),
     "grouped": (2, 64, 8, 9, 64, (3, 3), 1, 1, 1, 2),
     "grouped-8": (2, 24, 7, 7, 24, (3, 3), 1, 1, 1, 3),
