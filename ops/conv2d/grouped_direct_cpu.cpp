@@ -271,21 +271,24 @@ CUSTOMCONV_CPU_CLONES void forward_channel_lanes(const float* in, const float* w
 
 // ---------------------------------------------------------------- weight gradient
 
-constexpr int kChannelBlock = 8;  // input channels per item of the weight gradient
 
-// The weight gradient of lane block kb (output channels [8 kb, 8 kb + 8)) at
-// tap (i, j) for input channels [c0, c0 + CB) of each lane's group, summed
-// over every output position in order: CB vector accumulators, grad_output's
-// 8 channels loaded once per position. Written to gw (K, kh, kw, cg).
-template <int KG, int CB>
+// The weight gradient of lane blocks kb..kb+LB-1 (output channels
+// [8 kb, 8 (kb + LB)), one group's when LB = 2) at tap (i, j) for input
+// channels [c0, c0 + CB) of each lane's group, summed over every output
+// position in order: LB x CB vector accumulators, grad_output's 8 LB channels
+// loaded once per position, each input value broadcast once for LB
+// multiply-adds. Written to gw (K, kh, kw, cg).
+template <int KG, int CB, int LB>
 __attribute__((always_inline)) inline void weight_item(const float* go, const float* in, float* gw,
                                                        const Geometry& g, int64_t kb, int64_t i,
                                                        int64_t j, int64_t c0) {
   const Window2d& k = g.win;
   const int64_t k0 = kb * 8;
   const float* first = in + (k0 / g.kg) * g.cg + c0;
-  Float8 acc[CB];
-  for (int cc = 0; cc < CB; ++cc) acc[cc] = Float8{};
+  Float8 acc[LB][CB];
+  for (int l = 0; l < LB; ++l) {
+    for (int cc = 0; cc < CB; ++cc) acc[l][cc] = Float8{};
+  }
   for (int64_t n = 0; n < g.n; ++n) {
     for (int64_t y = 0; y < g.p; ++y) {
       const int64_t iy = y * k.sh - k.ph + i * k.dh;
@@ -297,62 +300,93 @@ __attribute__((always_inline)) inline void weight_item(const float* go, const fl
       const int64_t lo = off >= 0 ? 0 : (-off + k.sw - 1) / k.sw;
       const int64_t hi = std::min(g.q, g.w - 1 - off >= 0 ? (g.w - 1 - off) / k.sw + 1 : 0);
       for (int64_t x = lo; x < hi; ++x) {
-        const Float8 gv = load8(grow + x * g.k);
+        Float8 gv[LB];
+        for (int l = 0; l < LB; ++l) gv[l] = load8(grow + x * g.k + 8 * l);
         const float* src = xrow + (x * k.sw + off) * g.c;
-        if constexpr (KG == 4 && CB == 4) {
+        if constexpr (KG == 4 && CB == 4 && LB == 1) {
           if (g.cg == 4) {  // the block's two groups' 8 input channels in one load
             typedef int Int8 __attribute__((vector_size(32)));
             const Float8 v = load8(src);
-            acc[0] += gv * __builtin_shuffle(v, Int8{0, 0, 0, 0, 4, 4, 4, 4});
-            acc[1] += gv * __builtin_shuffle(v, Int8{1, 1, 1, 1, 5, 5, 5, 5});
-            acc[2] += gv * __builtin_shuffle(v, Int8{2, 2, 2, 2, 6, 6, 6, 6});
-            acc[3] += gv * __builtin_shuffle(v, Int8{3, 3, 3, 3, 7, 7, 7, 7});
+            acc[0][0] += gv[0] * __builtin_shuffle(v, Int8{0, 0, 0, 0, 4, 4, 4, 4});
+            acc[0][1] += gv[0] * __builtin_shuffle(v, Int8{1, 1, 1, 1, 5, 5, 5, 5});
+            acc[0][2] += gv[0] * __builtin_shuffle(v, Int8{2, 2, 2, 2, 6, 6, 6, 6});
+            acc[0][3] += gv[0] * __builtin_shuffle(v, Int8{3, 3, 3, 3, 7, 7, 7, 7});
             continue;
           }
         }
-        for (int cc = 0; cc < CB; ++cc) acc[cc] += gv * lane_values<KG>(src + cc, g.cg);
+        for (int cc = 0; cc < CB; ++cc) {
+          const Float8 v = lane_values<KG>(src + cc, g.cg);
+          for (int l = 0; l < LB; ++l) acc[l][cc] += gv[l] * v;
+        }
       }
     }
   }
   // gw (K, kh, kw, cg): lane l's channel k0 + l.
-  float* dst = gw + ((k0 * k.kh + i) * k.kw + j) * g.cg + c0;
   const int64_t lane_stride = k.kh * k.kw * g.cg;
-  for (int cc = 0; cc < CB; ++cc) {
-    for (int l = 0; l < 8; ++l) dst[l * lane_stride + cc] = acc[cc][l];
+  for (int l = 0; l < LB; ++l) {
+    float* dst = gw + (((k0 + 8 * l) * k.kh + i) * k.kw + j) * g.cg + c0;
+    for (int cc = 0; cc < CB; ++cc) {
+      for (int lane = 0; lane < 8; ++lane) dst[lane * lane_stride + cc] = acc[l][cc][lane];
+    }
   }
 }
 
-template <int KG>
+// Input channels per item: 8 with one lane block, 4 with two (their 2 x 4
+// accumulators, two grad_output vectors and a broadcast fit the 16 AVX
+// registers, and each broadcast feeds two multiply-adds).
+template <int LB>
+constexpr int64_t kChannelBlock = LB == 1 ? 8 : 4;
+
+template <int KG, int LB>
 __attribute__((always_inline)) inline void weight_item_any(const float* go, const float* in,
                                                            float* gw, const Geometry& g,
                                                            int64_t kb, int64_t i, int64_t j,
                                                            int64_t c0) {
-  const int64_t cb = std::min<int64_t>(kChannelBlock, g.cg - c0);
+  const int64_t cb = std::min<int64_t>(kChannelBlock<LB>, g.cg - c0);
   switch (cb) {
-    case 8: weight_item<KG, 8>(go, in, gw, g, kb, i, j, c0); break;
-    case 4: weight_item<KG, 4>(go, in, gw, g, kb, i, j, c0); break;
+    case 8: weight_item<KG, 8, LB>(go, in, gw, g, kb, i, j, c0); break;
+    case 4: weight_item<KG, 4, LB>(go, in, gw, g, kb, i, j, c0); break;
     default:
-      for (int64_t c = c0; c < c0 + cb; ++c) weight_item<KG, 1>(go, in, gw, g, kb, i, j, c);
+      for (int64_t c = c0; c < c0 + cb; ++c) weight_item<KG, 1, LB>(go, in, gw, g, kb, i, j, c);
       break;
   }
 }
 
-// Items [t0, t1) of (lane block, tap, block of kChannelBlock input channels),
-// lane block outermost; each sums over every position on its own, so the
-// result does not depend on how the items are spread over threads.
+// Lane blocks taken LB at a time by the weight gradient's items: 2 where a
+// group has 16 or more output channels (a multiple of 16).
+int64_t weight_lane_blocks(const Geometry& g) { return g.kg % 16 == 0 ? 2 : 1; }
+
+// Items [t0, t1) of (LB lane blocks, tap, block of kChannelBlock<LB> input
+// channels), lane blocks outermost; each sums over every position on its own,
+// so the result does not depend on how the items are spread over threads.
+template <int LB>
+__attribute__((always_inline)) inline void weight_items_with(const float* go, const float* in,
+                                                             float* gw, const Geometry& g,
+                                                             int64_t t0, int64_t t1) {
+  const int64_t taps = g.win.kh * g.win.kw;
+  const int64_t cblocks = (g.cg + kChannelBlock<LB> - 1) / kChannelBlock<LB>;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t kb = t / (taps * cblocks) * LB, tap = t / cblocks % taps;
+    const int64_t i = tap / g.win.kw, j = tap % g.win.kw, c0 = t % cblocks * kChannelBlock<LB>;
+    if constexpr (LB == 2) {
+      weight_item_any<8, 2>(go, in, gw, g, kb, i, j, c0);
+    } else {
+      switch (g.kg) {
+        case 1: weight_item_any<1, 1>(go, in, gw, g, kb, i, j, c0); break;
+        case 2: weight_item_any<2, 1>(go, in, gw, g, kb, i, j, c0); break;
+        case 4: weight_item_any<4, 1>(go, in, gw, g, kb, i, j, c0); break;
+        default: weight_item_any<8, 1>(go, in, gw, g, kb, i, j, c0); break;
+      }
+    }
+  }
+}
+
 CUSTOMCONV_CPU_CLONES void weight_items(const float* go, const float* in, float* gw, Geometry g,
                                         int64_t t0, int64_t t1) {
-  const int64_t taps = g.win.kh * g.win.kw;
-  const int64_t cblocks = (g.cg + kChannelBlock - 1) / kChannelBlock;
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t kb = t / (taps * cblocks), tap = t / cblocks % taps;
-    const int64_t i = tap / g.win.kw, j = tap % g.win.kw, c0 = t % cblocks * kChannelBlock;
-    switch (g.kg) {
-      case 1: weight_item_any<1>(go, in, gw, g, kb, i, j, c0); break;
-      case 2: weight_item_any<2>(go, in, gw, g, kb, i, j, c0); break;
-      case 4: weight_item_any<4>(go, in, gw, g, kb, i, j, c0); break;
-      default: weight_item_any<8>(go, in, gw, g, kb, i, j, c0); break;
-    }
+  if (weight_lane_blocks(g) == 2) {
+    weight_items_with<2>(go, in, gw, g, t0, t1);
+  } else {
+    weight_items_with<1>(go, in, gw, g, t0, t1);
   }
 }
 
@@ -460,7 +494,8 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight_cpu(const at::Tensor
   const Window2d& win = s.win;
   // (K, kh, kw, cg) in memory: the (K, cg, kh, kw) gradient stored channels_last.
   at::Tensor gw = at::empty({s.k, win.kh, win.kw, g.cg}, input.options());
-  const int64_t items = (s.k / 8) * win.kh * win.kw * ((g.cg + kChannelBlock - 1) / kChannelBlock);
+  const int64_t lb = weight_lane_blocks(g), cblock = lb == 2 ? kChannelBlock<2> : kChannelBlock<1>;
+  const int64_t items = (s.k / 8 / lb) * win.kh * win.kw * ((g.cg + cblock - 1) / cblock);
   const float* gp = go.const_data_ptr<float>();
   const float* ip = x.const_data_ptr<float>();
   float* wp = gw.mutable_data_ptr<float>();
