@@ -393,12 +393,14 @@ CUSTOMCONV_CPU_CLONES void weight_items(const float* go, const float* in, float*
 // ---------------------------------------------------------------- input gradient
 
 // Input positions x0..x0+P-1 of row y of one image's gradient, input channels
-// [8 cb, 8 cb + 8) (a lane block of input channels, lanes mapped to groups as
-// lane_values<CG> does with the roles of input and output channels swapped):
-// per tap, the grad_output position each input position maps to (cols: kw x
-// w, the grad_output column or -1), its group's output channels broadcast (or
-// gathered per lane), times the weight read as wd (C/8, kh, kw, kg, 8).
-template <int CG, int P>
+// [8 cb, 8 (cb + LB)) (lane blocks of input channels, lanes mapped to groups
+// as lane_values<CG> does with the roles of input and output channels
+// swapped; LB = 2 lies in one group, which needs 16 or more input channels
+// per group): per tap, the grad_output position each input position maps to
+// (cols: kw x w, the grad_output column or -1), its group's output channels
+// broadcast (or gathered per lane), each broadcast feeding LB multiply-adds,
+// times the weight read as wd (C/8, kh, kw, kg, 8).
+template <int CG, int P, int LB>
 __attribute__((always_inline)) inline void grad_input_block(const float* gimg, const float* wd,
                                                             const int64_t* cols, float* grow,
                                                             const Geometry& g, int64_t y,
@@ -406,9 +408,12 @@ __attribute__((always_inline)) inline void grad_input_block(const float* gimg, c
   const Window2d& k = g.win;
   const int64_t c0 = cb * 8;
   const float* first = gimg + (c0 / g.cg) * g.kg;  // the block's first group's output channels
-  Float8 acc[P];
-  for (int t = 0; t < P; ++t) acc[t] = Float8{};
-  const float* wblock = wd + cb * k.kh * k.kw * g.kg * 8;
+  Float8 acc[P][LB];
+  for (int t = 0; t < P; ++t) {
+    for (int l = 0; l < LB; ++l) acc[t][l] = Float8{};
+  }
+  const int64_t wstride = k.kh * k.kw * g.kg * 8;  // between lane blocks
+  const float* wblock = wd + cb * wstride;
   for (int64_t i = 0; i < k.kh; ++i) {
     const int64_t ty = y + k.ph - i * k.dh;
     if (ty < 0 || ty % k.sh != 0 || ty / k.sh >= g.p) continue;
@@ -421,27 +426,50 @@ __attribute__((always_inline)) inline void grad_input_block(const float* gimg, c
       }
       const float* w = wblock + (i * k.kw + j) * g.kg * 8;
       for (int64_t kk = 0; kk < g.kg; ++kk) {
-        const Float8 wv = load8(w + kk * 8);
+        Float8 wv[LB];
+        for (int l = 0; l < LB; ++l) wv[l] = load8(w + l * wstride + kk * 8);
         for (int t = 0; t < P; ++t) {
-          if (src[t] != nullptr) acc[t] += lane_values<CG>(src[t] + kk, g.kg) * wv;
+          if (src[t] == nullptr) continue;
+          const Float8 v = lane_values<CG>(src[t] + kk, g.kg);
+          for (int l = 0; l < LB; ++l) acc[t][l] += v * wv[l];
         }
       }
     }
   }
-  for (int t = 0; t < P; ++t) store8(grow + (x0 + t) * g.c + c0, acc[t]);
+  for (int t = 0; t < P; ++t) {
+    for (int l = 0; l < LB; ++l) store8(grow + (x0 + t) * g.c + c0 + 8 * l, acc[t][l]);
+  }
+}
+
+template <int CG, int LB>
+__attribute__((always_inline)) inline void grad_input_row_with(const float* gimg, const float* wd,
+                                                               const int64_t* cols, float* grow,
+                                                               const Geometry& g, int64_t y) {
+  for (int64_t x = 0; x < g.w;) {
+    const int b = block_positions(g.w - x);
+    for (int64_t cb = 0; cb < g.c / 8; cb += LB) {
+      switch (b) {
+        case kBlock: grad_input_block<CG, kBlock, LB>(gimg, wd, cols, grow, g, y, x, cb); break;
+        case 3: grad_input_block<CG, 3, LB>(gimg, wd, cols, grow, g, y, x, cb); break;
+        case 2: grad_input_block<CG, 2, LB>(gimg, wd, cols, grow, g, y, x, cb); break;
+        default: grad_input_block<CG, 1, LB>(gimg, wd, cols, grow, g, y, x, cb); break;
+      }
+    }
+    x += b;
+  }
 }
 
 template <int CG>
 __attribute__((always_inline)) inline void grad_input_row(const float* gimg, const float* wd,
                                                           const int64_t* cols, float* grow,
                                                           const Geometry& g, int64_t y) {
-  int64_t x = 0;
-  for (; x + kBlock <= g.w; x += kBlock) {
-    for (int64_t cb = 0; cb < g.c / 8; ++cb) grad_input_block<CG, kBlock>(gimg, wd, cols, grow, g, y, x, cb);
+  if constexpr (CG >= 8) {
+    if (g.cg % 16 == 0) {  // pairs of lane blocks, each pair inside one group
+      grad_input_row_with<CG, 2>(gimg, wd, cols, grow, g, y);
+      return;
+    }
   }
-  for (; x < g.w; ++x) {
-    for (int64_t cb = 0; cb < g.c / 8; ++cb) grad_input_block<CG, 1>(gimg, wd, cols, grow, g, y, x, cb);
-  }
+  grad_input_row_with<CG, 1>(gimg, wd, cols, grow, g, y);
 }
 
 // Input-gradient rows [r0, r1) (r = n * h + y).

@@ -56,9 +56,10 @@ def test_groups_of_8_input_channels_match_torch(idx, rng, gen, seed):
 
 
 @pytest.mark.parametrize("layer", [(128, 128, 32, 1, 12), (256, 256, 32, 2, 12), (256, 256, 32, 1, 10),
-                                   (512, 512, 32, 1, 7), (48, 48, 6, 2, 14), (104, 104, 13, 1, 9)],
+                                   (512, 512, 32, 1, 7), (512, 512, 16, 2, 9), (48, 48, 6, 2, 14),
+                                   (104, 104, 13, 1, 9)],
                          ids=["resnext-4pg", "resnext-8pg-s2", "resnext-8pg", "resnext-16pg",
-                              "regnet-6g-s2", "regnet-13g"])
+                              "resnext-32pg-s2", "regnet-6g-s2", "regnet-13g"])
 def test_grouped_cpu_matches_torch_on_model_layers(layer, gen, seed):
     c, k, groups, s, h = layer
     cfg = ConvConfig(batch=2, in_channels=c, out_channels=k, groups=groups, kernel=(3, 3),
