@@ -390,6 +390,60 @@ CUSTOMCONV_CPU_CLONES void weight_items(const float* go, const float* in, float*
   }
 }
 
+// Groups of 8 output channels with a multiple of 8 input channels and rows of
+// 3 taps (ResNeXt's 28x28 stage, RegNet): the weight gradient with input
+// channels as the lanes. An item is 4 output channels x a row of 3 taps x 8
+// input channels of one group: per output position, the 3 taps' input
+// vectors are loaded once and each grad_output value broadcast once for 3
+// multiply-adds (the items above broadcast one input value per
+// multiply-add: with 8 output channels a group there is no second lane block
+// to share it). 12 accumulators (2 output channels an item, 6, measured
+// slower: each item streams the group's input from L2 again), summed over
+// every position in order (the result does not depend on the thread count),
+// stored as whole vectors: gw (K, kh, kw, cg) holds a tap's input channels
+// contiguously.
+constexpr int kLanesKPerItem = 4;
+
+CUSTOMCONV_CPU_CLONES void weight_items_channel_lanes(const float* go, const float* in, float* gw,
+                                                      Geometry g, int64_t t0, int64_t t1) {
+  constexpr int KB = kLanesKPerItem, KW = 3;
+  const Window2d& k = g.win;
+  const int64_t cblocks = g.cg / 8, kpairs = 8 / KB;
+  for (int64_t t = t0; t < t1; ++t) {
+    // t = ((group * cblocks + cb) * kh + i) * kpairs + kp
+    const int64_t kp = t % kpairs, i = t / kpairs % k.kh, cb = t / (kpairs * k.kh) % cblocks;
+    const int64_t gi = t / (kpairs * k.kh * cblocks);
+    const int64_t k0 = gi * 8 + kp * KB;
+    const float* xbase = in + gi * g.cg + cb * 8;
+    Float8 acc[KW][KB];
+    for (int j = 0; j < KW; ++j) {
+      for (int kk = 0; kk < KB; ++kk) acc[j][kk] = Float8{};
+    }
+    for (int64_t n = 0; n < g.n; ++n) {
+      for (int64_t y = 0; y < g.p; ++y) {
+        const int64_t iy = y * k.sh - k.ph + i * k.dh;
+        if (iy < 0 || iy >= g.h) continue;
+        const float* grow = go + ((n * g.p + y) * g.q) * g.k + k0;
+        const float* xrow = xbase + ((n * g.h + iy) * g.w) * g.c;
+        for (int64_t x = 0; x < g.q; ++x) {
+          Float8 xv[KW];
+          for (int j = 0; j < KW; ++j) {
+            const int64_t ix = x * k.sw - k.pw + j * k.dw;
+            xv[j] = ix >= 0 && ix < g.w ? load8(xrow + ix * g.c) : Float8{};
+          }
+          for (int kk = 0; kk < KB; ++kk) {
+            const Float8 b = Float8{} + grow[x * g.k + kk];
+            for (int j = 0; j < KW; ++j) acc[j][kk] += b * xv[j];
+          }
+        }
+      }
+    }
+    for (int kk = 0; kk < KB; ++kk) {
+      for (int j = 0; j < KW; ++j) store8(gw + (((k0 + kk) * k.kh + i) * KW + j) * g.cg + cb * 8, acc[j][kk]);
+    }
+  }
+}
+
 // ---------------------------------------------------------------- input gradient
 
 // Input positions x0..x0+P-1 of row y of one image's gradient, input channels
@@ -522,11 +576,18 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight_cpu(const at::Tensor
   const Window2d& win = s.win;
   // (K, kh, kw, cg) in memory: the (K, cg, kh, kw) gradient stored channels_last.
   at::Tensor gw = at::empty({s.k, win.kh, win.kw, g.cg}, input.options());
-  const int64_t lb = weight_lane_blocks(g), cblock = lb == 2 ? kChannelBlock<2> : kChannelBlock<1>;
-  const int64_t items = (s.k / 8 / lb) * win.kh * win.kw * ((g.cg + cblock - 1) / cblock);
   const float* gp = go.const_data_ptr<float>();
   const float* ip = x.const_data_ptr<float>();
   float* wp = gw.mutable_data_ptr<float>();
+  if (g.kg == 8 && g.cg % 8 == 0 && win.kw == 3) {
+    const int64_t items = s.groups * (g.cg / 8) * win.kh * (8 / kLanesKPerItem);
+    parallel_range(items, 1, [&](int64_t t0, int64_t t1) {
+      weight_items_channel_lanes(gp, ip, wp, g, t0, t1);
+    });
+    return gw.permute({0, 3, 1, 2}).contiguous(conv2d_output_format(input, weight));
+  }
+  const int64_t lb = weight_lane_blocks(g), cblock = lb == 2 ? kChannelBlock<2> : kChannelBlock<1>;
+  const int64_t items = (s.k / 8 / lb) * win.kh * win.kw * ((g.cg + cblock - 1) / cblock);
   parallel_range(items, 1, [&](int64_t t0, int64_t t1) { weight_items(gp, ip, wp, g, t0, t1); });
   return gw.permute({0, 3, 1, 2}).contiguous(conv2d_output_format(input, weight));
 }

@@ -44,15 +44,33 @@ def test_grouped_cpu_matches_torch_on_random_configs(idx, rng, gen, seed):
 
 @pytest.mark.parametrize("idx", range(10))
 def test_groups_of_8_input_channels_match_torch(idx, rng, gen, seed):
-    # 8 input channels per group (8, 16 or 24 output channels): the kernel
-    # with the input channels as the lanes, forward and the stride-1 input
+    # 8 input channels per group (8, 16 or 24 output channels): the kernels
+    # with the input channels as the lanes: the forward, the stride-1 input
     # gradient (the forward of grad_output with the rotated weight, whose
-    # groups have 8 input channels where the layer has 8 output channels).
+    # groups have 8 input channels where the layer has 8 output channels) and,
+    # with 8 output channels and 3-wide windows, the weight gradient, which
+    # is the same with one thread and with two.
     kg = rng.choice([8, 8, 16, 24])
-    cfg = grouped_config(rng, in_channels=8 * 4, out_channels=kg * 4, groups=4)
+    kernel = rng.choice([(3, 3), (3, 3), (1, 3), (5, 3), (3, 5)])
+    cfg = grouped_config(rng, in_channels=8 * 4, out_channels=kg * 4, groups=4, kernel=kernel,
+                         dilation=(1, 1), padding=tuple(rng.randint(0, k // 2 + 1) for k in kernel),
+                         size=tuple(k + rng.randint(0, 11) for k in kernel))
     out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
     cl = "channels_last" in (cfg.input_layout, cfg.weight_layout)
     assert out.is_contiguous(memory_format=torch.channels_last if cl else torch.contiguous_format)
+    x = make_tensor(cfg.input_shape, torch.float32, "cpu", cfg.input_layout, gen)
+    w = make_tensor(cfg.weight_shape, torch.float32, "cpu", cfg.weight_layout, gen)
+    go = make_tensor(out.shape, torch.float32, "cpu", "channels_last", gen)
+    stride, padding, dilation, groups = cfg.args()
+    saved = torch.get_num_threads()
+    try:
+        grads = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            grads.append(ops.conv2d_grad_weight(go, x, w, stride, padding, dilation, groups))
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(grads[0], grads[1]), cfg
 
 
 @pytest.mark.parametrize("layer", [(128, 128, 32, 1, 12), (256, 256, 32, 2, 12), (256, 256, 32, 1, 10),
