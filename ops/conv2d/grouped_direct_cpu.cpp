@@ -163,9 +163,12 @@ CUSTOMCONV_CPU_CLONES void forward_rows(const float* in, const float* wt, const 
   }
 }
 
-// Lane blocks [kb0, kb1) of image n, every output position, a lane block
-// (or a pair) at a time: its weights stay in the L1 cache while it sweeps the
-// image (for weights too large to stay cached across positions).
+// Lane blocks [kb0, kb1) of image n, every output position, LB lane blocks
+// of one group at a time: their weights stay in the L1 cache while they sweep
+// the image (for weights too large to stay cached across positions). With 32
+// or more output channels a group (ResNeXt's 14x14 and 7x7 stages), 4 lane
+// blocks x 2 positions, each broadcast feeding 4 multiply-adds (the 7x7
+// layer 0.73 -> 0.67 ms at N=4 against 2 x 4).
 template <int KG, int LB>
 __attribute__((always_inline)) inline void image_blocks(const float* img, const float* wt,
                                                         const float* bias, float* oimg,
@@ -174,6 +177,12 @@ __attribute__((always_inline)) inline void image_blocks(const float* img, const 
   for (int64_t kb = kb0; kb < kb1; kb += LB) {
     for (int64_t y = 0; y < g.p; ++y) {
       float* orow = oimg + y * g.q * g.k;
+      if constexpr (LB == 4) {  // 2 positions x 4 lane blocks: 8 accumulators
+        int64_t x = 0;
+        for (; x + 2 <= g.q; x += 2) block<KG, 2, LB>(img, wt, bias, orow, g, y, x, kb);
+        if (x < g.q) block<KG, 1, LB>(img, wt, bias, orow, g, y, x, kb);
+        continue;
+      }
       for (int64_t x = 0; x < g.q;) {
         const int b = block_positions(g.q - x);
         switch (b) {
@@ -204,7 +213,11 @@ CUSTOMCONV_CPU_CLONES void forward_images(const float* in, const float* wt, cons
       case 4: image_blocks<4, 1>(img, wt, bias, oimg, g, kb0, kb1); break;
       default:
         if (g.kg % 16 == 0) {
-          image_blocks<8, 2>(img, wt, bias, oimg, g, kb0, kb1);
+          if (g.kg % 32 == 0) {
+            image_blocks<8, 4>(img, wt, bias, oimg, g, kb0, kb1);
+          } else {
+            image_blocks<8, 2>(img, wt, bias, oimg, g, kb0, kb1);
+          }
         } else {
           image_blocks<8, 1>(img, wt, bias, oimg, g, kb0, kb1);
         }
