@@ -46,6 +46,27 @@ __attribute__((always_inline)) inline Float8 lane_values(const float* src, int64
   }
 }
 
+// The reduction of one tap shared by the forward and the strided input
+// gradient: for each of the n reduced channels r (a group's channels on the
+// other side), acc[t][l] += lane_values<L>(src[t] + r, n) * w[l * wstride +
+// 8 r .. + 8], for every position t whose src[t] is set (null: the tap falls
+// outside) and lane block l; each broadcast value feeds LB multiply-adds.
+template <int L, int P, int LB>
+__attribute__((always_inline)) inline void accumulate_lanes(Float8 (&acc)[P][LB],
+                                                            const float* const (&src)[P],
+                                                            const float* w, int64_t wstride,
+                                                            int64_t n) {
+  for (int64_t r = 0; r < n; ++r) {
+    Float8 wv[LB];
+    for (int l = 0; l < LB; ++l) wv[l] = load8(w + l * wstride + r * 8);
+    for (int t = 0; t < P; ++t) {
+      if (src[t] == nullptr) continue;
+      const Float8 v = lane_values<L>(src[t] + r, n);
+      for (int l = 0; l < LB; ++l) acc[t][l] += v * wv[l];
+    }
+  }
+}
+
 // Output positions x0..x0+P-1 of row y of one image, output channels
 // [8 kb, 8 (kb + LB)): P x LB vector accumulators over the taps and the
 // group's input channels, the weight read as wt (K/8, kh, kw, cg, 8). LB = 2
@@ -90,15 +111,7 @@ __attribute__((always_inline)) inline void block(const float* img, const float* 
           continue;
         }
       }
-      for (int64_t c = 0; c < g.cg; ++c) {
-        Float8 wv[LB];
-        for (int l = 0; l < LB; ++l) wv[l] = load8(w + l * wstride + c * 8);
-        for (int t = 0; t < P; ++t) {
-          if (src[t] == nullptr) continue;
-          const Float8 x = lane_values<KG>(src[t] + c, g.cg);
-          for (int l = 0; l < LB; ++l) acc[t][l] += x * wv[l];
-        }
-      }
+      accumulate_lanes<KG>(acc, src, w, wstride, g.cg);
     }
   }
   for (int t = 0; t < P; ++t) {
@@ -492,15 +505,7 @@ __attribute__((always_inline)) inline void grad_input_block(const float* gimg, c
         src[t] = ox >= 0 ? row + ox * g.k : nullptr;
       }
       const float* w = wblock + (i * k.kw + j) * g.kg * 8;
-      for (int64_t kk = 0; kk < g.kg; ++kk) {
-        Float8 wv[LB];
-        for (int l = 0; l < LB; ++l) wv[l] = load8(w + l * wstride + kk * 8);
-        for (int t = 0; t < P; ++t) {
-          if (src[t] == nullptr) continue;
-          const Float8 v = lane_values<CG>(src[t] + kk, g.kg);
-          for (int l = 0; l < LB; ++l) acc[t][l] += v * wv[l];
-        }
-      }
+      accumulate_lanes<CG>(acc, src, w, wstride, g.kg);
     }
   }
   for (int t = 0; t < P; ++t) {
