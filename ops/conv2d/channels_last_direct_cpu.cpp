@@ -68,6 +68,12 @@ __attribute__((always_inline)) inline void direct_block(const Geometry& g, const
   constexpr int W = kLanes<V>;
   const Window2d& k = g.win;
   V acc[P][NV];
+  // The residual is read only after the reduction: fetched now, its lines
+  // arrive while the taps run instead of stalling the epilogue.
+  for (int t = 0; t < P; ++t) {
+    if (org[t].residual == nullptr) continue;
+    for (int64_t e = 0; e < std::min<int64_t>(valid, NV * W); e += 16) __builtin_prefetch(org[t].residual + e);
+  }
   for (int v = 0; v < NV; ++v) {
     const V b = loadv<V>(bias + v * W);
     for (int t = 0; t < P; ++t) acc[t][v] = b;
