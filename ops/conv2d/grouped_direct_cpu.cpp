@@ -369,18 +369,22 @@ __attribute__((always_inline)) inline void weight_item_any(const float* go, cons
                                                            int64_t kb, int64_t i, int64_t j,
                                                            int64_t c0) {
   const int64_t cb = std::min<int64_t>(kChannelBlock<LB>, g.cg - c0);
-  switch (cb) {
-    case 8: weight_item<KG, 8, LB>(go, in, gw, g, kb, i, j, c0); break;
-    case 4: weight_item<KG, 4, LB>(go, in, gw, g, kb, i, j, c0); break;
-    default:
-      for (int64_t c = c0; c < c0 + cb; ++c) weight_item<KG, 1, LB>(go, in, gw, g, kb, i, j, c);
-      break;
+  if constexpr (kChannelBlock<LB> == 8) {
+    if (cb == 8) return weight_item<KG, 8, LB>(go, in, gw, g, kb, i, j, c0);
   }
+  if (cb == 4) return weight_item<KG, 4, LB>(go, in, gw, g, kb, i, j, c0);
+  for (int64_t c = c0; c < c0 + cb; ++c) weight_item<KG, 1, LB>(go, in, gw, g, kb, i, j, c);
 }
 
 // Lane blocks taken LB at a time by the weight gradient's items: 2 where a
 // group has 16 or more output channels (a multiple of 16).
 int64_t weight_lane_blocks(const Geometry& g) { return g.kg % 16 == 0 ? 2 : 1; }
+
+// The weight gradient's items: (LB lane blocks, tap, block of input channels).
+int64_t weight_item_count(const Geometry& g) {
+  const int64_t lb = weight_lane_blocks(g), cblock = lb == 2 ? kChannelBlock<2> : kChannelBlock<1>;
+  return (g.k / 8 / lb) * g.win.kh * g.win.kw * ((g.cg + cblock - 1) / cblock);
+}
 
 // Items [t0, t1) of (LB lane blocks, tap, block of kChannelBlock<LB> input
 // channels), lane blocks outermost; each sums over every position on its own,
@@ -604,8 +608,7 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight_cpu(const at::Tensor
     });
     return gw.permute({0, 3, 1, 2}).contiguous(conv2d_output_format(input, weight));
   }
-  const int64_t lb = weight_lane_blocks(g), cblock = lb == 2 ? kChannelBlock<2> : kChannelBlock<1>;
-  const int64_t items = (s.k / 8 / lb) * win.kh * win.kw * ((g.cg + cblock - 1) / cblock);
+  const int64_t items = weight_item_count(g);
   parallel_range(items, 1, [&](int64_t t0, int64_t t1) { weight_items(gp, ip, wp, g, t0, t1); });
   return gw.permute({0, 3, 1, 2}).contiguous(conv2d_output_format(input, weight));
 }
