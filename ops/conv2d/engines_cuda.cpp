@@ -45,11 +45,31 @@ std::optional<at::Tensor> cuda_conv2d_grad_input_engine(const at::Tensor& grad_o
 #endif
 }
 
+namespace {
+
+// Whether the grouped weight gradient's direct kernel (CUDA cores, the
+// groups' work only) goes before the implicit GEMM's dense problem (tensor
+// cores, `groups` times the work): from 8 groups on in float32 and float64,
+// from 32 in 16-bit, where the tensor cores are twice as fast again. On an
+// H100 at N=32 the direct kernel took ResNeXt-50's and RegNet's grouped
+// weight gradients in float32 from 0.26-0.41 ms to 0.03-0.14 ms (0.7-2.5x
+// cuDNN's time), and ResNeXt's 4- and 8-channel groups in float16 from 0.20
+// to 0.10-0.14 ms; RegNet's 13 and 26 groups of 8 in float16 ran 1.4-1.6x
+// faster as dense problems.
+bool direct_grad_weight_first(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  return s.groups >= (input.element_size() == 2 ? 32 : 8);
+}
+
+}  // namespace
+
 std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_output,
                                                          const at::Tensor& input,
                                                          const at::Tensor& weight,
                                                          const Conv2dShape<int64_t>& s) {
   if (s.groups > 1) {
+    if (direct_grad_weight_first(input, s)) {
+      if (auto gw = grouped_direct_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
+    }
 #ifdef CUSTOMCONV_WITH_CUTLASS
     if (auto gw = implicit_gemm_grouped_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
 #endif

@@ -23,11 +23,18 @@
 //                neighbouring output positions; bias added before the store;
 //   grad_input   the same mapping over input positions, gathering the taps
 //                that reach each position (any stride, padding, dilation);
-//   grad_weight  per thread, a vector of output channels x a vector of input
-//                channels of one tap, summed over one slice of the N*P*Q
-//                positions into its own float32 plane (float64 for float64);
-//                the planes are then summed in a fixed order and rounded
-//                once: bitwise reproducible, no atomics.
+//   grad_weight  per cell, up to 4 output x 4 input channels of one group at
+//                up to 3 neighbouring taps of a window row, summed in
+//                registers along output rows (at stride 1 or 2 each position
+//                loads only the input columns the previous one did not),
+//                the 8 warps of a block on different rows of one slice of
+//                the N*P rows, then added in shared memory into the slice's
+//                own float32 plane (float64 for float64); the planes are
+//                summed in a fixed order and rounded once: bitwise
+//                reproducible, no atomics. It goes before the implicit GEMM's
+//                dense problem (`groups` times the work) from 8 groups on in
+//                float32 and from 32 in 16-bit (engines_cuda.cpp).
+
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "ops/common/launch.h"
 
@@ -17,6 +18,14 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kPixels = 4;  // neighbouring positions of a row per thread (forward, grad_input)
+// The weight gradient's blocks: kWarps warps of 32 cells each, kChunkTaps
+// taps a cell, at most kMaxWgradWidth channels each way; registers for
+// kWgradBlocksPerSm resident blocks, so that other warps' products cover each
+// one's loads.
+constexpr int kWarps = kThreads / 32;
+constexpr int kChunkTaps = 3;
+constexpr int kMaxWgradWidth = 4;
+constexpr int kWgradBlocksPerSm = 3;
 constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
 
 // One call's geometry, channels_last: input (n, h, w, c), output (n, p, q, k),
@@ -186,52 +195,118 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Weight gradient, one slice (blockIdx.y) of the N*P*Q output positions.
-// Thread (tap i j, c0..c0+V-1, k0..k0+V-1): V output channels of one group x
-// V of that group's input channels at one tap, neighbouring threads on
-// neighbouring output-channel vectors (contiguous grad_output loads). It sums
-// the V x V products over the slice's positions in order and writes them to
-// plane blockIdx.y of partial (slices, k, r, s, cg).
+// The V channels of `row` at column ix, or zeros where ix lies outside
+// [0, w) (padding).
 template <typename T, int V>
-__global__ void __launch_bounds__(kThreads)
-    grad_weight_kernel(const T* __restrict__ gout, const T* __restrict__ in,
-                       at::opmath_type<T>* __restrict__ partial, Geometry g, int64_t cells,
-                       int64_t per_slice) {
-  using acc_t = at::opmath_type<T>;
-  const int64_t cell = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (cell >= cells) return;
-  const int64_t kv = g.k / V, cgv = g.cg / V;
-  const int64_t k0 = (cell % kv) * V, c0 = (cell / kv % cgv) * V;
-  const int64_t tap = cell / (kv * cgv);
-  const int i = int(tap / g.s), j = int(tap % g.s);
-  const int64_t positions = g.n * g.p * g.q;
-  const int64_t begin = blockIdx.y * per_slice, end = std::min(begin + per_slice, positions);
-  const T* channels = in + (k0 / g.kg) * g.cg + c0;
-  acc_t acc[V][V] = {};
-  int64_t x = begin % g.q, y = begin / g.q % g.p, n = begin / (g.q * g.p);
-  for (int64_t pos = begin; pos < end; ++pos) {
-    const int64_t iy = y * g.sh - g.ph + int64_t(i) * g.dh;
-    const int64_t ix = x * g.sw - g.pw + int64_t(j) * g.dw;
-    if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) {
-      acc_t gv[V], xv[V];
-      load_vec(gv, gout + pos * g.k + k0);
-      load_vec(xv, channels + ((n * g.h + iy) * g.w + ix) * g.c);
+__device__ __forceinline__ Vec<T, V> load_column(const T* row, int ix, int w, int c) {
+  return unsigned(ix) < unsigned(w) ? *reinterpret_cast<const Vec<T, V>*>(row + ix * c) : Vec<T, V>{};
+}
+
+template <typename A, typename T, int V>
+__device__ __forceinline__ void widen(A (&dst)[V], const Vec<T, V>& x) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) dst[i] = static_cast<A>(x.v[i]);
+}
+
+// One output row's products for the weight gradient: acc[t][o][e] +=
+// grad_output[x][o] * input[ix0 + x * sw + t * dw][e] over the row's q
+// positions x, for the kChunkTaps taps t. `grow` points at the row's
+// grad_output (position stride k), `xrow` at its input row (column stride c,
+// w columns). SW = 1 or 2 is the stride at dilation 1: a position reuses
+// the previous one's last kChunkTaps - SW columns and loads SW new ones.
+// SW = 0 stands for any stride and dilation, every column loaded.
+template <int SW, typename A, typename T, int V>
+__device__ __forceinline__ void row_products(A (&acc)[kChunkTaps][V][V], const T* xrow,
+                                             const T* grow, int ix0, int q, int w, int c, int k,
+                                             int sw, int dw) {
+  static_assert(SW >= 0 && SW < kChunkTaps, "sliding windows: stride 1 or 2");
+  constexpr int kFresh = SW == 0 ? kChunkTaps : SW;  // columns loaded per position
+  const int step = SW == 0 ? sw : SW, dil = SW == 0 ? dw : 1;
+  A win[kChunkTaps][V];
+#pragma unroll
+  for (int t = kFresh; t < kChunkTaps; ++t) widen(win[t], load_column<T, V>(xrow, ix0 + (t - kFresh) * dil, w, c));
+  for (int x = 0; x < q; ++x) {
+    // Shift the window by the stride and load its new columns.
+#pragma unroll
+    for (int t = 0; t < kChunkTaps - kFresh; ++t) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) win[t][e] = win[t + kFresh][e];
+    }
+    const int base = ix0 + x * step;
+#pragma unroll
+    for (int t = kChunkTaps - kFresh; t < kChunkTaps; ++t) widen(win[t], load_column<T, V>(xrow, base + t * dil, w, c));
+    A gv[V];
+    widen(gv, *reinterpret_cast<const Vec<T, V>*>(grow + x * k));
+#pragma unroll
+    for (int t = 0; t < kChunkTaps; ++t) {
 #pragma unroll
       for (int o = 0; o < V; ++o) {
 #pragma unroll
-        for (int e = 0; e < V; ++e) acc[o][e] += gv[o] * xv[e];
+        for (int e = 0; e < V; ++e) acc[t][o][e] += gv[o] * win[t][e];
       }
     }
-    if (++x == g.q) {
-      x = 0;
-      if (++y == g.p) y = 0, ++n;
-    }
   }
-  acc_t* dst = partial + ((blockIdx.y * g.k + k0) * g.r + i) * g.s * g.cg + int64_t(j) * g.cg + c0;
+}
+
+// Weight gradient, one slice (blockIdx.y) of the N*P output rows. A cell is
+// V output channels x V input channels of one group at up to kChunkTaps
+// neighbouring taps of one window row (chunk `chunk`: a row of a 3x3
+// window); its sums stay in registers. Lane i of every warp of a block holds
+// cell 32 * blockIdx.x + i, so a warp reads 32 neighbouring input channel
+// vectors (across groups) of one position; the block's warps take every
+// kWarps-th output row of the slice and walk its positions left to right
+// (row_products). The warps' sums are then added in shared memory, in warp
+// order, and written to plane blockIdx.y of partial (slices, k, r, s, cg).
+// Offsets are ints: the caller checks that the tensors' element counts fit.
+template <typename T, int V, int SW>
+__global__ void __launch_bounds__(kThreads, kWgradBlocksPerSm)
+    grad_weight_kernel(const T* __restrict__ gout, const T* __restrict__ in,
+                       at::opmath_type<T>* __restrict__ partial, Geometry g, int cells,
+                       int rows_per_slice) {
+  using acc_t = at::opmath_type<T>;
+  __shared__ acc_t sums[kWarps][32][V * V + 1];  // one tap's; padded against bank conflicts
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int cell = int(blockIdx.x) * 32 + lane;
+  const bool active = cell < cells;
+  const int cvs = int(g.c / V), kvs = int(g.kg / V), cg = int(g.cg), taps = g.r * g.s;
+  const int row_chunks = (g.s + kChunkTaps - 1) / kChunkTaps;
+  const int cv = cell % cvs, kb = cell / cvs % kvs, chunk = cell / (cvs * kvs);
+  const int r = chunk / row_chunks, s0 = chunk % row_chunks * kChunkTaps;
+  const int c0 = cv * V, group = c0 / cg, k0 = group * int(g.kg) + kb * V;
+  const int h = int(g.h), w = int(g.w), p = int(g.p), q = int(g.q), c = int(g.c), k = int(g.k);
+  const int rows = int(g.n) * p;
+  const int begin = int(blockIdx.y) * rows_per_slice, end = min(begin + rows_per_slice, rows);
+  acc_t acc[kChunkTaps][V][V] = {};
+  for (int row = begin + warp; active && row < end; row += kWarps) {
+    const int y = row % p, n = row / p;
+    const int iy = y * g.sh - g.ph + r * g.dh;
+    if (unsigned(iy) >= unsigned(h)) continue;
+    const T* xrow = in + (n * h + iy) * w * c + c0;
+    const T* grow = gout + row * q * k + k0;
+    row_products<SW>(acc, xrow, grow, s0 * g.dw - g.pw, q, w, c, k, g.sw, g.dw);
+  }
+  // Taps past the window's row (s0 + t >= s) summed products of its padding
+  // or of the next columns: not written.
+  acc_t* dst = partial + (int64_t(blockIdx.y) * k + k0) * taps * cg + (c0 - group * cg);
 #pragma unroll
-  for (int o = 0; o < V; ++o) {
+  for (int t = 0; t < kChunkTaps; ++t) {
 #pragma unroll
-    for (int e = 0; e < V; ++e) dst[o * int64_t(g.r) * g.s * g.cg + e] = acc[o][e];
+    for (int o = 0; o < V; ++o) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) sums[warp][lane][o * V + e] = acc[t][o][e];
+    }
+    __syncthreads();
+    if (warp == 0 && active && s0 + t < g.s) {
+      const int tap = r * g.s + s0 + t;
+#pragma unroll
+      for (int i = 0; i < V * V; ++i) {
+        acc_t v = sums[0][lane][i];
+#pragma unroll
+        for (int j = 1; j < kWarps; ++j) v += sums[j][lane][i];
+        dst[(int64_t(i / V) * taps + tap) * cg + i % V] = v;
+      }
+    }
+    __syncthreads();
   }
 }
 
@@ -259,10 +334,12 @@ Geometry geometry(const Conv2dShape<int64_t>& s) {
           int(w.kh), int(w.kw), int(w.sh), int(w.sw), int(w.ph), int(w.pw), int(w.dh), int(w.dw)};
 }
 
-// The widest channel vector (at most 16 bytes) that divides both per-group
-// channel counts and to whose size every tensor's data is aligned.
-int vector_width(const Geometry& g, int64_t element_size, std::initializer_list<const at::Tensor*> ts) {
-  for (int v = int(std::min<int64_t>(8, 16 / element_size)); v > 1; v /= 2) {
+// The widest channel vector (at most 16 bytes and `most` elements) that
+// divides both per-group channel counts and to whose size every tensor's data
+// is aligned.
+int vector_width(const Geometry& g, int64_t element_size, std::initializer_list<const at::Tensor*> ts,
+                 int64_t most = 8) {
+  for (int v = int(std::min<int64_t>(most, 16 / element_size)); v > 1; v /= 2) {
     if (g.cg % v != 0 || g.kg % v != 0) continue;
     bool ok = true;
     for (const at::Tensor* t : ts) ok = ok && aligned(t->const_data_ptr(), v * element_size);
@@ -353,35 +430,48 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight(const at::Tensor& gr
                                                             const at::Tensor& weight,
                                                             const Conv2dShape<int64_t>& s) {
   if (!takes(input, s) || grad_output.dim() != 4) return std::nullopt;
+  // The kernel's positions and offsets are ints.
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  if (input.numel() > kIntMax || grad_output.numel() > kIntMax) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
   const at::MemoryFormat format = conv2d_output_format(input, weight);
   const at::Tensor go = grad_output.contiguous(kChannelsLast);
   const at::Tensor x = input.contiguous(kChannelsLast);
   const Geometry g = geometry(s);
-  const int v = vector_width(g, x.element_size(), {&go, &x});
+  const int v = vector_width(g, x.element_size(), {&go, &x}, kMaxWgradWidth);
   const auto acc_type = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const int64_t plane = g.k * g.r * g.s * g.cg;
-  const int64_t cells = plane / (int64_t(v) * v);
-  const int64_t positions = g.n * g.p * g.q;
-  // Slices: about eight blocks per multiprocessor, at least 64 positions
-  // each, their planes within 48 MiB. The count depends on the shape and the
-  // device only, so that the sum's order, and the result, repeat.
-  const int64_t blocks = (cells + kThreads - 1) / kThreads;
+  const int64_t chunks = int64_t(g.r) * ((g.s + kChunkTaps - 1) / kChunkTaps);
+  const int64_t cells = (g.c / v) * (g.kg / v) * chunks;
+  const int64_t rows = g.n * g.p;
+  // Slices: about two waves of resident blocks, at least one row per warp,
+  // their planes within 48 MiB. The count depends on the shape and the device
+  // only, so that the sum's order, and the result, repeat.
+  const int64_t blocks = (cells + 31) / 32;
   const int64_t sms = at::cuda::getDeviceProperties(input.get_device())->multiProcessorCount;
+  const int64_t wave = kWgradBlocksPerSm * sms;
   const int64_t by_memory = (int64_t(48) << 20) / (plane * at::elementSize(acc_type));
   const int64_t slices = std::max<int64_t>(
-      1, std::min({(8 * sms + blocks - 1) / blocks, positions / 64, by_memory, int64_t(65535)}));
-  const int64_t per_slice = (positions + slices - 1) / slices;
+      1, std::min({(2 * wave + blocks - 1) / blocks, rows / kWarps, by_memory, int64_t(65535)}));
+  const int64_t rows_per_slice = (rows + slices - 1) / slices;
+  if (blocks > kIntMax || cells > kIntMax) return std::nullopt;
   at::Tensor partial = at::empty({slices, g.k, g.r, g.s, g.cg}, x.options().dtype(acc_type));
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "grouped_conv2d_grad_weight", [&] {
     with_width<scalar_t>(v, [&](auto width) {
       constexpr int V = decltype(width)::value;
-      const dim3 grid{unsigned(blocks), unsigned(slices)};
-      grad_weight_kernel<scalar_t, V><<<grid, kThreads, 0, stream>>>(
-          go.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(),
-          partial.mutable_data_ptr<at::opmath_type<scalar_t>>(), g, cells, per_slice);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      if constexpr (V <= kMaxWgradWidth) {
+        const dim3 grid{unsigned(blocks), unsigned(slices)};
+        // The sliding windows (stride 1 or 2, dilation 1) for whole 4-channel vectors.
+        const int sw = V == kMaxWgradWidth && g.dw == 1 && g.sw <= 2 ? g.sw : 0;
+        const auto kernel = sw == 1   ? grad_weight_kernel<scalar_t, V, V == kMaxWgradWidth ? 1 : 0>
+                            : sw == 2 ? grad_weight_kernel<scalar_t, V, V == kMaxWgradWidth ? 2 : 0>
+                                      : grad_weight_kernel<scalar_t, V, 0>;
+        kernel<<<grid, kThreads, 0, stream>>>(go.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(),
+                                               partial.mutable_data_ptr<at::opmath_type<scalar_t>>(), g,
+                                               int(cells), int(rows_per_slice));
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      }
     });
   });
   // (k, r, s, cg) summed in slice order, as the weight (k, cg, r, s) stored channels_last.

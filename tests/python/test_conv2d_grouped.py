@@ -175,3 +175,25 @@ def test_grouped_float32_under_tf32(layer, gen):
     bound = F.conv2d(x.double().abs(), w.double().abs(), None, s, ks // 2, 1, groups)
     assert got.is_contiguous(memory_format=torch.channels_last)
     assert ((got.double() - want).abs() <= 2.0**-9 * bound + 1e-6).all()
+
+
+@pytest.mark.parametrize("dtype, groups, direct", [(torch.float16, 32, True), (torch.bfloat16, 32, True),
+                                                   (torch.float32, 8, True), (torch.float16, 8, False)])
+def test_grouped_weight_gradient_route(dtype, groups, direct, gen):
+    # The direct weight-gradient kernel goes before the implicit GEMM's dense
+    # problem from 8 groups on in float32, from 32 in 16-bit (engines_cuda.cpp);
+    # a 7x7 window (taps in chunks of 3 per row) at stride 2 either way.
+    c = 8 * groups
+    x = make_tensor((3, c, 19, 17), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((c, 8, 7, 7), dtype, "cuda", "channels_last", gen)
+    go = make_tensor((3, c, 8, 6), dtype, "cuda", "channels_last", gen)  # (19 + 2 - 7) / 2 + 1, (17 - 7) / 2 + 1
+    args = ([2, 2], [1, 0], [1, 1], groups)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        gw = ops.conv2d_grad_weight(go, x, w, *args)
+        torch.cuda.synchronize()
+    names = " ".join(e.name for e in prof.events())
+    assert ("grad_weight_kernel" in names) == direct, names[:300]
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    want = torch.autograd.grad(F.conv2d(x64, w64, None, [2, 2], [1, 0], 1, groups), w64, go.double())[0]
+    tol = {torch.float16: 1e-2, torch.bfloat16: 4e-2}.get(dtype, 1e-5)
+    torch.testing.assert_close(gw.double(), want, rtol=tol, atol=tol * float(want.abs().max()))
