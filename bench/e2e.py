@@ -5,7 +5,8 @@ customconv.fuse(model), a float32 training step, and the C++ deployment program.
     python3 bench/e2e.py [--device cuda|cpu]
         [--models resnet50,mobilenet_v2,efficientnet_b0,convnext_tiny]
         [--batches 32,1] [--dtypes float32,float16] [--layouts nchw,channels_last]
-        [--iters N] [--rounds R] [--no-script-fused] [--render JSON] [--no-train] [--train-batch N]
+        [--iters N] [--rounds R] [--no-script-fused] [--render JSON] [--merge JSON JSON ...]
+        [--no-train] [--train-batch N]
         [--no-demo] [--demo-binary PATH] [--demo-models M,...]
         [--demo-dtypes float32,float16] [--demo-layouts channels_last]
         [--demo-batch N] [--demo-threads T] [--demo-iters N]
@@ -847,6 +848,9 @@ def parse_args(argv: List[str]):
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--render", type=Path, metavar="JSON",
                    help="only write the .md and .png of an earlier run's .json again")
+    p.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
+                   help="only merge earlier runs' .json (different models) into one report "
+                        "under --out")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--batches", help="default 32,1 on cuda, 4,1 on cpu")
     p.add_argument("--dtypes", help="default float32,float16 on cuda, float32 on cpu")
@@ -898,9 +902,32 @@ def parse_args(argv: List[str]):
     for dt in args.dtypes + args.demo_dtypes:
         if not isinstance(getattr(torch, dt, None), torch.dtype):
             p.error(f"unknown dtype {dt!r}")
-    if not args.render and args.device == "cuda" and not torch.cuda.is_available():
+    if not (args.render or args.merge) and args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device (use --device cpu)")
     return args
+
+
+def merge(json_paths: List[Path], out: Path) -> None:
+    """One report from runs over different models (a run split to fit a time
+    limit): their rows together, the targets evaluated again over all of them."""
+    runs = [json.loads(p.read_text()) for p in json_paths]
+    meta = dict(runs[0]["meta"])
+    meta["args"] = dict(meta["args"])
+    meta["args"]["models"] = [m for r in runs for m in r["meta"]["args"]["models"]]
+    meta["args"]["demo_models"] = [m for r in runs for m in r["meta"]["args"].get("demo_models") or []]
+    meta["seconds"] = round(sum(r["meta"]["seconds"] for r in runs), 1)
+    meta["merged_from"] = len(runs)
+    rows = {k: [x for r in runs for x in r[k]] for k in ("inference", "training", "demo", "notes")}
+    summaries = {k: v for r in runs for k, v in r["fuse_summaries"].items()}
+    args = argparse.Namespace(**meta["args"])
+    targets = evaluate_targets(meta["device"], rows["inference"], rows["training"], rows["demo"], args)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"fused-{meta['device']}"
+    stem.with_suffix(".json").write_text(json.dumps(
+        dict(meta=meta, inference=rows["inference"], training=rows["training"], demo=rows["demo"],
+             targets=targets, fuse_summaries=summaries, notes=rows["notes"]),
+        indent=1, default=str) + "\n")
+    render(stem.with_suffix(".json"))
 
 
 def render(json_path: Path) -> None:
@@ -917,6 +944,9 @@ def main(argv: List[str]) -> int:
     args = parse_args(argv)
     if args.render:
         render(args.render)
+        return 0
+    if args.merge:
+        merge(args.merge, args.out)
         return 0
     d = DEFAULTS[args.device]
     timer = Timer(args.device, args.iters, args.rounds, d["round_ms"], d["warmup_calls"],
