@@ -52,10 +52,10 @@ namespace {
 // cores, `groups` times the work): from 8 groups on in float32 and float64,
 // from 32 in 16-bit, where the tensor cores are twice as fast again. On an
 // H100 at N=32 the direct kernel took ResNeXt-50's and RegNet's grouped
-// weight gradients in float32 from 0.26-0.41 ms to 0.03-0.14 ms (0.7-2.5x
-// cuDNN's time), and ResNeXt's 4- and 8-channel groups in float16 from 0.20
-// to 0.10-0.14 ms; RegNet's 13 and 26 groups of 8 in float16 ran 1.4-1.6x
-// faster as dense problems.
+// weight gradients in float32 from 0.26-0.41 ms to 0.03-0.08 ms (faster than
+// cuDNN's on most), and ResNeXt's in float16 from 0.08-0.20 ms to 0.06-0.09
+// ms; RegNet's 13 and 26 groups of 8 in float16 ran 10-15% faster as dense
+// problems.
 bool direct_grad_weight_first(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   return s.groups >= (input.element_size() == 2 ? 32 : 8);
 }

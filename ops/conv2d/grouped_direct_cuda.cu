@@ -19,13 +19,14 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kPixels = 4;  // neighbouring positions of a row per thread (forward, grad_input)
 // The weight gradient's blocks: kWarps warps of 32 cells each, kChunkTaps
-// taps a cell, at most kMaxWgradWidth channels each way; registers for
-// kWgradBlocksPerSm resident blocks, so that other warps' products cover each
-// one's loads.
+// taps a cell, at most kMaxWgradWidth channels each way, kUnroll positions'
+// loads in flight per thread; registers for kWgradBlocksPerSm resident
+// blocks.
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunkTaps = 3;
 constexpr int kMaxWgradWidth = 4;
-constexpr int kWgradBlocksPerSm = 3;
+constexpr int kUnroll = 4;
+constexpr int kWgradBlocksPerSm = 2;
 constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
 
 // One call's geometry, channels_last: input (n, h, w, c), output (n, p, q, k),
@@ -213,30 +214,32 @@ __device__ __forceinline__ void widen(A (&dst)[V], const Vec<T, V>& x) {
 // positions x, for the kChunkTaps taps t. `grow` points at the row's
 // grad_output (position stride k), `xrow` at its input row (column stride c,
 // w columns). SW = 1 or 2 is the stride at dilation 1: a position reuses
-// the previous one's last kChunkTaps - SW columns and loads SW new ones.
-// SW = 0 stands for any stride and dilation, every column loaded.
+// the previous one's last kChunkTaps - SW columns and loads SW new ones, and
+// kUnroll positions' loads are issued together before their products, so
+// that their latencies overlap. SW = 0 stands for any stride and dilation,
+// every column loaded.
 template <int SW, typename A, typename T, int V>
 __device__ __forceinline__ void row_products(A (&acc)[kChunkTaps][V][V], const T* xrow,
                                              const T* grow, int ix0, int q, int w, int c, int k,
                                              int sw, int dw) {
   static_assert(SW >= 0 && SW < kChunkTaps, "sliding windows: stride 1 or 2");
   constexpr int kFresh = SW == 0 ? kChunkTaps : SW;  // columns loaded per position
+  constexpr int kU = SW == 0 ? 1 : kUnroll;          // positions loaded together
   const int step = SW == 0 ? sw : SW, dil = SW == 0 ? dw : 1;
   A win[kChunkTaps][V];
 #pragma unroll
   for (int t = kFresh; t < kChunkTaps; ++t) widen(win[t], load_column<T, V>(xrow, ix0 + (t - kFresh) * dil, w, c));
-  for (int x = 0; x < q; ++x) {
-    // Shift the window by the stride and load its new columns.
+  // One position's products, from its fresh columns and grad_output vector.
+  const auto position = [&](const Vec<T, V>* fresh, const Vec<T, V>& g) {
 #pragma unroll
     for (int t = 0; t < kChunkTaps - kFresh; ++t) {
 #pragma unroll
       for (int e = 0; e < V; ++e) win[t][e] = win[t + kFresh][e];
     }
-    const int base = ix0 + x * step;
 #pragma unroll
-    for (int t = kChunkTaps - kFresh; t < kChunkTaps; ++t) widen(win[t], load_column<T, V>(xrow, base + t * dil, w, c));
+    for (int f = 0; f < kFresh; ++f) widen(win[kChunkTaps - kFresh + f], fresh[f]);
     A gv[V];
-    widen(gv, *reinterpret_cast<const Vec<T, V>*>(grow + x * k));
+    widen(gv, g);
 #pragma unroll
     for (int t = 0; t < kChunkTaps; ++t) {
 #pragma unroll
@@ -245,6 +248,26 @@ __device__ __forceinline__ void row_products(A (&acc)[kChunkTaps][V][V], const T
         for (int e = 0; e < V; ++e) acc[t][o][e] += gv[o] * win[t][e];
       }
     }
+  };
+  int x = 0;
+  for (; x + kU <= q; x += kU) {
+    Vec<T, V> fresh[kU][kFresh], g[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int base = ix0 + (x + u) * step;
+#pragma unroll
+      for (int f = 0; f < kFresh; ++f) fresh[u][f] = load_column<T, V>(xrow, base + (kChunkTaps - kFresh + f) * dil, w, c);
+      g[u] = *reinterpret_cast<const Vec<T, V>*>(grow + (x + u) * k);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) position(fresh[u], g[u]);
+  }
+  for (; x < q; ++x) {
+    Vec<T, V> fresh[kFresh];
+    const int base = ix0 + x * step;
+#pragma unroll
+    for (int f = 0; f < kFresh; ++f) fresh[f] = load_column<T, V>(xrow, base + (kChunkTaps - kFresh + f) * dil, w, c);
+    position(fresh, *reinterpret_cast<const Vec<T, V>*>(grow + x * k));
   }
 }
 
@@ -474,9 +497,9 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight(const at::Tensor& gr
       }
     });
   });
-  // (k, r, s, cg) summed in slice order, as the weight (k, cg, r, s) stored channels_last.
-  const at::Tensor sum = slices == 1 ? partial.select(0, 0).to(x.scalar_type())
-                                     : at::sum(partial, {0}, false, x.scalar_type());
+  // (k, r, s, cg) summed in slice order and then rounded, as the weight (k, cg, r, s) stored
+  // channels_last. (at::sum with a dtype would round each slice first.)
+  const at::Tensor sum = (slices == 1 ? partial.select(0, 0) : partial.sum(0)).to(x.scalar_type());
   return sum.permute({0, 3, 1, 2}).contiguous(format);
 }
 

@@ -438,7 +438,8 @@ std::optional<at::Tensor> wgrad(const at::Tensor& x, const at::Tensor& go,
   pr.weight = planes.mutable_data_ptr();
   if (!kWgrad(x, pr)) return std::nullopt;
   // (K, kh, kw, C) in memory: the (K, C, kh, kw) gradient, channels_last.
-  return at::sum(planes, {0}, false, x.scalar_type()).permute({0, 3, 1, 2});
+  // (Summed, then rounded: at::sum with a dtype would round each slice first.)
+  return planes.sum(0).to(x.scalar_type()).permute({0, 3, 1, 2});
 }
 
 }  // namespace
