@@ -180,6 +180,137 @@ __attribute__((always_inline)) inline void forward_block_reuse(const float* img,
   store_block<P>(acc, orow, d, x0, c);
 }
 
+// JC taps of one window row for the P positions of a block: the P + JC - 1
+// input vectors from src (column stride `stride`) loaded once, then the JC
+// taps' weights from tap (stride `tap_stride`).
+template <int P, int JC>
+__attribute__((always_inline)) inline void tap_chunk(Float16 (&acc)[P], const float* src, int64_t stride,
+                                                     const float* tap, int64_t tap_stride) {
+  Float16 xin[P + JC - 1];
+#pragma GCC unroll 16
+  for (int q = 0; q < P + JC - 1; ++q) {
+    xin[q] = loadv<Float16>(src);
+    src += stride;
+    CUSTOMCONV_KEEP_IN_REGISTER(src);
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < JC; ++j) {
+    const Float16 w = loadv<Float16>(tap);
+    tap += tap_stride;
+    CUSTOMCONV_KEEP_IN_REGISTER(tap);
+#pragma GCC unroll 8
+    for (int t = 0; t < P; ++t) acc[t] += xin[t + j] * w;
+  }
+}
+
+// Windows wider than kTapChunk at stride 1 and dilation 1 that the reuse
+// blocks above do not cover (RepLKNet's 31x31, 9 to 21 wide): the positions
+// whose every tap lies inside the row in blocks of kReuseBlock, each window
+// row's taps in chunks of kTapChunk, then 4, then single ones, each chunk's
+// inputs loaded once (a whole row of a wide window would not fit in the
+// registers). Where fewer than half a row's positions are inside (a plane
+// narrower than about twice its window), a whole output row and 16 channels
+// at a time instead. Each window row's input row is
+// copied once into a zero-padded row (16 channels a column, the padding
+// columns zero), so that every position, the row's edges included, runs the
+// taps without column checks, in chunks of kTapChunk taps, then 4, then
+// single ones, each chunk's inputs loaded once. The row's sums live in
+// `sums` (ow x 16 floats) between window rows. A plane narrower than its
+// window (31x31 over 28x28) has no position whose every tap lies inside the
+// row: the blocks with column checks ran it all, one load per multiply-add.
+constexpr int kTapChunk = 8;
+
+template <int P>
+__attribute__((always_inline)) inline void padded_block(float* sums, const float* padded,
+                                                        const float* tap, int64_t tap_stride,
+                                                        int64_t kw) {
+  Float16 acc[P];
+  for (int t = 0; t < P; ++t) acc[t] = loadv<Float16>(sums + t * 16);
+  int64_t j = 0;
+  for (; j + kTapChunk <= kw; j += kTapChunk) {
+    tap_chunk<P, kTapChunk>(acc, padded + j * 16, 16, tap + j * tap_stride, tap_stride);
+  }
+  if (j + 4 <= kw) {
+    tap_chunk<P, 4>(acc, padded + j * 16, 16, tap + j * tap_stride, tap_stride);
+    j += 4;
+  }
+  for (; j < kw; ++j) tap_chunk<P, 1>(acc, padded + j * 16, 16, tap + j * tap_stride, tap_stride);
+  for (int t = 0; t < P; ++t) storev<Float16>(sums + t * 16, acc[t]);
+}
+
+// forward_block_reuse for the positions whose every tap lies inside the row
+// under a wide window: each window row in chunks of taps, as padded_block,
+// read in place.
+template <int P>
+__attribute__((always_inline)) inline void forward_block_chunks(const float* img, const float* taps,
+                                                                const float* bias, float* orow,
+                                                                const Dims& d, const Window2d& k,
+                                                                int64_t y, int64_t x0, int64_t c) {
+  Float16 acc[P];
+  start_block<P>(acc, bias, c);
+  for (int64_t i = 0; i < k.kh; ++i) {
+    const int64_t iy = y * k.sh - k.ph + i * k.dh;
+    if (iy < 0 || iy >= d.h) continue;
+    const float* src = img + (iy * d.w + x0 - k.pw) * d.c + c;
+    const float* tap = taps + i * k.kw * d.c + c;
+    int64_t j = 0;
+    for (; j + kTapChunk <= k.kw; j += kTapChunk) {
+      tap_chunk<P, kTapChunk>(acc, src + j * d.c, d.c, tap + j * d.c, d.c);
+    }
+    if (j + 4 <= k.kw) {
+      tap_chunk<P, 4>(acc, src + j * d.c, d.c, tap + j * d.c, d.c);
+      j += 4;
+    }
+    for (; j < k.kw; ++j) tap_chunk<P, 1>(acc, src + j * d.c, d.c, tap + j * d.c, d.c);
+  }
+  store_block<P>(acc, orow, d, x0, c);
+}
+
+__attribute__((always_inline)) inline int64_t forward_chunk_blocks(const float* img, const float* taps,
+                                                                   const float* bias, float* orow,
+                                                                   const Dims& d, const Window2d& k,
+                                                                   int64_t y, int64_t x, int64_t hi,
+                                                                   int64_t c16, Activation act) {
+  for (; x + kReuseBlock <= hi; x += kReuseBlock) {
+    for (int64_t c = 0; c < c16; c += 16) {
+      forward_block_chunks<kReuseBlock>(img, taps, bias, orow, d, k, y, x, c);
+    }
+    activate_positions(act, orow, d, c16, x, x + kReuseBlock);
+  }
+  return x;
+}
+
+// Output row y of one image (img, orow), channels [0, c16), through the
+// padded rows; `sums` holds ow x 16 floats, `padded` (ow + kw - 1) x 16.
+__attribute__((always_inline)) inline void forward_row_padded(const float* img, const float* taps,
+                                                              const float* bias, float* orow,
+                                                              const Dims& d, const Window2d& k,
+                                                              int64_t y, int64_t c16, float* sums,
+                                                              float* padded) {
+  const int64_t cols = d.ow + k.kw - 1;  // padded column q holds input column q - pw
+  for (int64_t c = 0; c < c16; c += 16) {
+    const Float16 b = bias != nullptr ? loadv<Float16>(bias + c) : Float16{};
+    for (int64_t x = 0; x < d.ow; ++x) storev<Float16>(sums + x * 16, b);
+    for (int64_t i = 0; i < k.kh; ++i) {
+      const int64_t iy = y * k.sh - k.ph + i * k.dh;
+      if (iy < 0 || iy >= d.h) continue;
+      const float* row = img + iy * d.w * d.c + c;
+      for (int64_t q = 0; q < cols; ++q) {
+        const int64_t ix = q - k.pw;
+        storev<Float16>(padded + q * 16, ix >= 0 && ix < d.w ? loadv<Float16>(row + ix * d.c) : Float16{});
+      }
+      const float* tap = taps + i * k.kw * d.c + c;
+      int64_t x = 0;
+      for (; x + kReuseBlock <= d.ow; x += kReuseBlock) {
+        padded_block<kReuseBlock>(sums + x * 16, padded + x * 16, tap, d.c, k.kw);
+      }
+      for (; x + kBlock <= d.ow; x += kBlock) padded_block<kBlock>(sums + x * 16, padded + x * 16, tap, d.c, k.kw);
+      for (; x < d.ow; ++x) padded_block<1>(sums + x * 16, padded + x * 16, tap, d.c, k.kw);
+    }
+    for (int64_t x = 0; x < d.ow; ++x) storev<Float16>(orow + x * d.c + c, loadv<Float16>(sums + x * 16));
+  }
+}
+
 // Blocks of kReuseBlock positions from x while they lie in [x, hi), every
 // 16-channel group of each; returns the first position left.
 template <int KW>
@@ -226,9 +357,31 @@ __attribute__((always_inline)) inline int64_t forward_checked(const float* img, 
   return end;
 }
 
+// The channels past the last multiple of 16 of output row y, one at a time.
+__attribute__((always_inline)) inline void forward_channel_tail(const float* img, const float* taps,
+                                                                const float* bias, float* orow,
+                                                                const Dims& d, const Window2d& k,
+                                                                int64_t y, int64_t c16, Activation act) {
+  for (int64_t x = 0; x < d.ow && c16 < d.c; ++x) {
+    for (int64_t c = c16; c < d.c; ++c) {
+      float acc = bias != nullptr ? bias[c] : 0.f;
+      for (int64_t i = 0; i < k.kh; ++i) {
+        const int64_t iy = y * k.sh - k.ph + i * k.dh;
+        if (iy < 0 || iy >= d.h) continue;
+        for (int64_t j = 0; j < k.kw; ++j) {
+          const int64_t ix = x * k.sw - k.pw + j * k.dw;
+          if (ix >= 0 && ix < d.w) acc += img[(iy * d.w + ix) * d.c + c] * taps[(i * k.kw + j) * d.c + c];
+        }
+      }
+      orow[x * d.c + c] = act == Activation::kIdentity ? acc : activate<float>(act, acc);
+    }
+  }
+}
+
 // Output rows [r0, r1) (r = n * oh + y): blocks of kBlock positions x 16
 // channels where every tap lies inside the row (kReuseBlock positions for
-// stride-1 3, 5, 7 and 13-wide windows), blocks with column checks at the
+// stride-1 3, 5, 7 and 13-wide windows; other stride-1 windows wider than
+// kTapChunk take forward_row_padded for whole rows), blocks with column checks at the
 // row's edges (small planes under wide windows are mostly edge: 6 of 14
 // positions under a 7-wide window), then the channels past the last multiple
 // of 16 one at a time. Each block of
@@ -242,10 +395,21 @@ CUSTOMCONV_FORWARD_CLONES void forward_rows(const float* in, const float* taps, 
                                         float* out, Dims d, Window2d k, int64_t r0, int64_t r1,
                                         Activation act) {
   const int64_t c16 = d.c / 16 * 16;
+  const bool wide = k.sw == 1 && k.dw == 1 && k.kw > kTapChunk && k.kw != 13 && c16 > 0;
+  const Inside inner = inside(-k.pw, k.sw, k.kw, k.dw, d.w, d.ow);
+  const bool padded_rows = wide && 2 * std::max<int64_t>(0, inner.hi - inner.lo) < d.ow;
+  std::vector<float> sums, padded;
+  if (padded_rows) sums.resize(d.ow * 16), padded.resize((d.ow + k.kw - 1) * 16);
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t y = r % d.oh;
     const float* img = in + (r / d.oh) * d.h * d.w * d.c;
     float* orow = out + r * d.ow * d.c;
+    if (padded_rows) {
+      forward_row_padded(img, taps, bias, orow, d, k, y, c16, sums.data(), padded.data());
+      activate_positions(act, orow, d, c16, 0, d.ow);
+      forward_channel_tail(img, taps, bias, orow, d, k, y, c16, act);
+      continue;
+    }
     const Inside in_row = inside(-k.pw, k.sw, k.kw, k.dw, d.w, d.ow);
     int64_t x = forward_checked(img, taps, bias, orow, d, k, y, 0, in_row.lo, c16, act);
     if (k.sw == 1 && k.dw == 1) {
@@ -254,7 +418,9 @@ CUSTOMCONV_FORWARD_CLONES void forward_rows(const float* in, const float* taps, 
         case 5: x = forward_reuse_blocks<5>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act); break;
         case 7: x = forward_reuse_blocks<7>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act); break;
         case 13: x = forward_reuse_blocks<13>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act); break;
-        default: break;
+        default:
+          if (wide) x = forward_chunk_blocks(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act);
+          break;
       }
     }
     for (; x + kBlock <= in_row.hi; x += kBlock) {
@@ -264,20 +430,7 @@ CUSTOMCONV_FORWARD_CLONES void forward_rows(const float* in, const float* taps, 
       activate_positions(act, orow, d, c16, x, x + kBlock);
     }
     forward_checked(img, taps, bias, orow, d, k, y, x, d.ow, c16, act);
-    for (x = 0; x < d.ow && c16 < d.c; ++x) {
-      for (int64_t c = c16; c < d.c; ++c) {
-        float acc = bias != nullptr ? bias[c] : 0.f;
-        for (int64_t i = 0; i < k.kh; ++i) {
-          const int64_t iy = y * k.sh - k.ph + i * k.dh;
-          if (iy < 0 || iy >= d.h) continue;
-          for (int64_t j = 0; j < k.kw; ++j) {
-            const int64_t ix = x * k.sw - k.pw + j * k.dw;
-            if (ix >= 0 && ix < d.w) acc += img[(iy * d.w + ix) * d.c + c] * taps[(i * k.kw + j) * d.c + c];
-          }
-        }
-        orow[x * d.c + c] = act == Activation::kIdentity ? acc : activate<float>(act, acc);
-      }
-    }
+    forward_channel_tail(img, taps, bias, orow, d, k, y, c16, act);
   }
 }
 

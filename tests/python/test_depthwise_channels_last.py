@@ -86,3 +86,43 @@ def test_channels_last_weight_gradient_is_reproducible(device, dtype, gen):
     finally:
         torch.set_num_threads(saved)
     assert all(torch.equal(results[0], r) for r in results[1:])
+
+
+# (C, H, W, kernel, stride, padding): windows wider than the unrolled ones at
+# horizontal stride 1 on the CPU. Planes narrower than about twice the window
+# (31x31 over 28x28) run whole padded rows; wider ones run the positions
+# inside the row in chunks of taps and the edges with column checks. Channel
+# counts on and off the 16-channel vectors, a vertical stride, padding other
+# than half the window.
+WIDE = {
+    "k31-padded-rows": (32, 28, 28, (31, 31), (1, 1), (15, 15)),
+    "k9x31-padded-rows-tail": (40, 20, 24, (9, 31), (1, 1), (4, 15)),
+    "k9-chunks-tail": (24, 40, 40, (9, 9), (1, 1), (4, 4)),
+    "k15-chunks-stride-2-rows": (48, 30, 30, (15, 15), (2, 1), (7, 7)),
+    "k5x21-chunks-odd-padding": (16, 19, 44, (5, 21), (1, 1), (2, 3)),
+    "k11-no-padding": (35, 12, 26, (11, 11), (1, 1), (0, 0)),
+}
+
+
+@pytest.mark.parametrize("activation", ["identity", "silu"])
+@pytest.mark.parametrize("layer", list(WIDE))
+def test_wide_windows_on_the_cpu_match_torch(layer, activation, gen):
+    c, h, w, kernel, stride, padding = WIDE[layer]
+    x = make_tensor((2, c, h, w), torch.float32, "cpu", "channels_last", gen, True)
+    wt = make_tensor((c, 1) + kernel, torch.float32, "cpu", "channels_last", gen, True)
+    b = make_tensor((c,), torch.float32, "cpu", gen=gen, requires_grad=True)
+    if activation == "identity":
+        out = ops.depthwise_conv2d(x, wt, b, list(stride), list(padding), [1, 1])
+    else:
+        out = ops.conv2d_fused(x, wt, b, list(stride), list(padding), [1, 1], c, activation)
+    go = make_tensor(out.shape, torch.float32, "cpu", "channels_last", gen)
+    grads = torch.autograd.grad(out, (x, wt, b), go)
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, wt, b))
+    want = F.conv2d(x64, w64, b64, stride, padding, 1, c)
+    if activation == "silu":
+        want = F.silu(want)
+    want_grads = torch.autograd.grad(want, (x64, w64, b64), go.double())
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    for got, ref in zip((out,) + grads, (want,) + want_grads):
+        scale = ref.abs().max().item()
+        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4 * scale)
