@@ -220,21 +220,30 @@ __attribute__((always_inline)) inline void tap_chunk(Float16 (&acc)[P], const fl
 // row: the blocks with column checks ran it all, one load per multiply-add.
 constexpr int kTapChunk = 8;
 
+// A window row's kw taps for a block: chunks of kTapChunk, then one of 4,
+// then single taps.
+template <int P>
+__attribute__((always_inline)) inline void window_row_chunks(Float16 (&acc)[P], const float* src,
+                                                             int64_t stride, const float* tap,
+                                                             int64_t tap_stride, int64_t kw) {
+  int64_t j = 0;
+  for (; j + kTapChunk <= kw; j += kTapChunk) {
+    tap_chunk<P, kTapChunk>(acc, src + j * stride, stride, tap + j * tap_stride, tap_stride);
+  }
+  if (j + 4 <= kw) {
+    tap_chunk<P, 4>(acc, src + j * stride, stride, tap + j * tap_stride, tap_stride);
+    j += 4;
+  }
+  for (; j < kw; ++j) tap_chunk<P, 1>(acc, src + j * stride, stride, tap + j * tap_stride, tap_stride);
+}
+
 template <int P>
 __attribute__((always_inline)) inline void padded_block(float* sums, const float* padded,
                                                         const float* tap, int64_t tap_stride,
                                                         int64_t kw) {
   Float16 acc[P];
   for (int t = 0; t < P; ++t) acc[t] = loadv<Float16>(sums + t * 16);
-  int64_t j = 0;
-  for (; j + kTapChunk <= kw; j += kTapChunk) {
-    tap_chunk<P, kTapChunk>(acc, padded + j * 16, 16, tap + j * tap_stride, tap_stride);
-  }
-  if (j + 4 <= kw) {
-    tap_chunk<P, 4>(acc, padded + j * 16, 16, tap + j * tap_stride, tap_stride);
-    j += 4;
-  }
-  for (; j < kw; ++j) tap_chunk<P, 1>(acc, padded + j * 16, 16, tap + j * tap_stride, tap_stride);
+  window_row_chunks<P>(acc, padded, 16, tap, tap_stride, kw);
   for (int t = 0; t < P; ++t) storev<Float16>(sums + t * 16, acc[t]);
 }
 
@@ -251,33 +260,10 @@ __attribute__((always_inline)) inline void forward_block_chunks(const float* img
   for (int64_t i = 0; i < k.kh; ++i) {
     const int64_t iy = y * k.sh - k.ph + i * k.dh;
     if (iy < 0 || iy >= d.h) continue;
-    const float* src = img + (iy * d.w + x0 - k.pw) * d.c + c;
-    const float* tap = taps + i * k.kw * d.c + c;
-    int64_t j = 0;
-    for (; j + kTapChunk <= k.kw; j += kTapChunk) {
-      tap_chunk<P, kTapChunk>(acc, src + j * d.c, d.c, tap + j * d.c, d.c);
-    }
-    if (j + 4 <= k.kw) {
-      tap_chunk<P, 4>(acc, src + j * d.c, d.c, tap + j * d.c, d.c);
-      j += 4;
-    }
-    for (; j < k.kw; ++j) tap_chunk<P, 1>(acc, src + j * d.c, d.c, tap + j * d.c, d.c);
+    window_row_chunks<P>(acc, img + (iy * d.w + x0 - k.pw) * d.c + c, d.c, taps + i * k.kw * d.c + c,
+                         d.c, k.kw);
   }
   store_block<P>(acc, orow, d, x0, c);
-}
-
-__attribute__((always_inline)) inline int64_t forward_chunk_blocks(const float* img, const float* taps,
-                                                                   const float* bias, float* orow,
-                                                                   const Dims& d, const Window2d& k,
-                                                                   int64_t y, int64_t x, int64_t hi,
-                                                                   int64_t c16, Activation act) {
-  for (; x + kReuseBlock <= hi; x += kReuseBlock) {
-    for (int64_t c = 0; c < c16; c += 16) {
-      forward_block_chunks<kReuseBlock>(img, taps, bias, orow, d, k, y, x, c);
-    }
-    activate_positions(act, orow, d, c16, x, x + kReuseBlock);
-  }
-  return x;
 }
 
 // Output row y of one image (img, orow), channels [0, c16), through the
@@ -312,7 +298,8 @@ __attribute__((always_inline)) inline void forward_row_padded(const float* img, 
 }
 
 // Blocks of kReuseBlock positions from x while they lie in [x, hi), every
-// 16-channel group of each; returns the first position left.
+// 16-channel group of each (KW = 0: any width, forward_block_chunks);
+// returns the first position left.
 template <int KW>
 __attribute__((always_inline)) inline int64_t forward_reuse_blocks(const float* img, const float* taps,
                                                                    const float* bias, float* orow,
@@ -321,7 +308,11 @@ __attribute__((always_inline)) inline int64_t forward_reuse_blocks(const float* 
                                                                    int64_t c16, Activation act) {
   for (; x + kReuseBlock <= hi; x += kReuseBlock) {
     for (int64_t c = 0; c < c16; c += 16) {
-      forward_block_reuse<kReuseBlock, KW>(img, taps, bias, orow, d, k, y, x, c);
+      if constexpr (KW == 0) {
+        forward_block_chunks<kReuseBlock>(img, taps, bias, orow, d, k, y, x, c);
+      } else {
+        forward_block_reuse<kReuseBlock, KW>(img, taps, bias, orow, d, k, y, x, c);
+      }
     }
     activate_positions(act, orow, d, c16, x, x + kReuseBlock);
   }
@@ -419,7 +410,7 @@ CUSTOMCONV_FORWARD_CLONES void forward_rows(const float* in, const float* taps, 
         case 7: x = forward_reuse_blocks<7>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act); break;
         case 13: x = forward_reuse_blocks<13>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act); break;
         default:
-          if (wide) x = forward_chunk_blocks(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act);
+          if (wide) x = forward_reuse_blocks<0>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act);
           break;
       }
     }
