@@ -94,8 +94,10 @@ __attribute__((always_inline)) inline void direct_block(const Geometry& g, const
         V wv[NV];
         for (int v = 0; v < NV; ++v) wv[v] = loadv<V>(w + c * WS + v * W);
         for (int t = 0; t < P; ++t) {
-          const V b = V{} + src[t][c];
-          for (int v = 0; v < NV; ++v) acc[t][v] += b * wv[v];
+          // (A vector times a scalar: GCC broadcasts the scalar from memory in one
+          // instruction; V{} + x would add +0.0 first and broadcast a register.)
+          const float b = src[t][c];
+          for (int v = 0; v < NV; ++v) acc[t][v] += wv[v] * b;
         }
       }
     }
