@@ -86,8 +86,8 @@ __attribute__((always_inline)) inline void window_block(const RowArgs& a, int64_
       for (int v = 0; v < NV; ++v) wv[v] = loadv<V>(w + e * WS + v * W);
       const float* x = a.img + (o + a.offs[e]);
       for (int t = 0; t < P; ++t) {
-        const V b = V{} + x[t * a.pos_step];
-        for (int v = 0; v < NV; ++v) acc[t][v] += b * wv[v];
+        const float b = x[t * a.pos_step];  // a scalar: one broadcast from memory
+        for (int v = 0; v < NV; ++v) acc[t][v] += wv[v] * b;
       }
     }
   }

@@ -27,7 +27,9 @@ struct Geometry {
 
 // The input value of each of the 8 lanes of a lane block (8 output channels
 // from a multiple of 8) at one position and one channel c of its group: src
-// points at that channel of the block's first group. KG: the output channels
+// points at that channel of the block's first group. (Where all 8 lanes hold
+// one value, the kernels multiply by it as a scalar instead: V{} + x adds
+// +0.0, which GCC keeps, and costs two more instructions per broadcast.) KG: the output channels
 // per group where that is 1, 2 or 4 (8 / KG groups share the block, each value
 // repeated KG times); 8 for any multiple of 8 (one group: one value).
 template <int KG>
@@ -61,8 +63,13 @@ __attribute__((always_inline)) inline void accumulate_lanes(Float8 (&acc)[P][LB]
     for (int l = 0; l < LB; ++l) wv[l] = load8(w + l * wstride + r * 8);
     for (int t = 0; t < P; ++t) {
       if (src[t] == nullptr) continue;
-      const Float8 v = lane_values<L>(src[t] + r, n);
-      for (int l = 0; l < LB; ++l) acc[t][l] += v * wv[l];
+      if constexpr (L >= 8) {  // one value: a scalar, broadcast from memory in one instruction
+        const float v = src[t][r];
+        for (int l = 0; l < LB; ++l) acc[t][l] += wv[l] * v;
+      } else {
+        const Float8 v = lane_values<L>(src[t] + r, n);
+        for (int l = 0; l < LB; ++l) acc[t][l] += v * wv[l];
+      }
     }
   }
 }
@@ -341,8 +348,13 @@ __attribute__((always_inline)) inline void weight_item(const float* go, const fl
           }
         }
         for (int cc = 0; cc < CB; ++cc) {
-          const Float8 v = lane_values<KG>(src + cc, g.cg);
-          for (int l = 0; l < LB; ++l) acc[l][cc] += gv[l] * v;
+          if constexpr (KG >= 8) {  // one value: a scalar, as in accumulate_lanes
+            const float v = src[cc];
+            for (int l = 0; l < LB; ++l) acc[l][cc] += gv[l] * v;
+          } else {
+            const Float8 v = lane_values<KG>(src + cc, g.cg);
+            for (int l = 0; l < LB; ++l) acc[l][cc] += gv[l] * v;
+          }
         }
       }
     }
@@ -462,8 +474,8 @@ CUSTOMCONV_CPU_CLONES void weight_items_channel_lanes(const float* go, const flo
             xv[j] = ix >= 0 && ix < g.w ? load8(xrow + ix * g.c) : Float8{};
           }
           for (int kk = 0; kk < KB; ++kk) {
-            const Float8 b = Float8{} + grow[x * g.k + kk];
-            for (int j = 0; j < KW; ++j) acc[j][kk] += b * xv[j];
+            const float b = grow[x * g.k + kk];  // (a scalar: one broadcast from memory)
+            for (int j = 0; j < KW; ++j) acc[j][kk] += xv[j] * b;
           }
         }
       }
