@@ -27,6 +27,10 @@ struct Geometry {
   // relu, relu6 or hardswish).
   const float* residual = nullptr;
   Activation act = Activation::kIdentity;
+  // Positions per tile where every block of output channels runs over a tile
+  // before the next tile starts (small weights; work items are then runs of
+  // positions); 0: each item is one block of output channels over one run.
+  int64_t tile = 0;
 };
 
 // An output position: the top-left input pixel of its window, its image, and
@@ -161,35 +165,64 @@ __attribute__((always_inline)) inline void position_range(const Geometry& g, con
   }
 }
 
-// Work items [i0, i1): item = kb * chunks + pc, the block of output channels
-// kb (weight (kp / B, kh, kw, C, B)) over the pc-th run of `chunk` positions.
+// Work items [i0, i1). Without g.tile: item = kb * chunks + pc, the block
+// of output channels kb (weight (kp / B, kh, kw, C, B)) over the pc-th run of
+// `chunk` positions. With it: item = pc, whose positions run a tile at a
+// time through every block of output channels, so that each position's whole
+// output row (and residual row) is written (and read) while it is in the cache.
+// The block of output channels kb (weight (kp / B, kh, kw, C, B)) over
+// positions [m0, m1). (A function, not a lambda: a lambda would not inherit
+// the instruction set of the forward_items build that calls it.)
+template <class V, int NVMAX, int P>
+__attribute__((always_inline)) inline void channel_block(const float* in, const float* wt,
+                                                         const float* bias, const float* zeros,
+                                                         float* out, const Geometry& g, int64_t kb,
+                                                         int64_t m0, int64_t m1) {
+  constexpr int W = kLanes<V>, B = NVMAX * W;
+  const int64_t k0 = kb * B;
+  const float* wb = wt + kb * (g.win.kh * g.win.kw * g.c * B);
+  const int64_t vectors = (std::min<int64_t>(B, g.k - k0) + W - 1) / W;
+  if (vectors >= NVMAX) {
+    position_range<V, NVMAX, P, B>(g, in, zeros, wb, bias + k0, out, k0, m0, m1);
+  } else if constexpr (NVMAX > 1) {
+    switch (vectors) {
+      case 1: position_range<V, 1, P, B>(g, in, zeros, wb, bias + k0, out, k0, m0, m1); break;
+      case 2:
+        if constexpr (NVMAX > 2) position_range<V, 2, P, B>(g, in, zeros, wb, bias + k0, out, k0, m0, m1);
+        break;
+      default:
+        if constexpr (NVMAX > 3) position_range<V, 3, P, B>(g, in, zeros, wb, bias + k0, out, k0, m0, m1);
+        break;
+    }
+  }
+}
+
+// Work items [i0, i1). Without g.tile: item = kb * chunks + pc, the block
+// of output channels kb over the pc-th run of `chunk` positions. With it:
+// item = pc, whose positions run a tile at a time through every block of
+// output channels, so that each position's whole output row (and residual
+// row) is written (and read) while it is in the cache.
 template <class V, int NVMAX, int P>
 __attribute__((always_inline)) inline void forward_items(const float* in, const float* wt,
                                                          const float* bias, const float* zeros,
                                                          float* out, const Geometry& g,
                                                          int64_t chunk, int64_t i0, int64_t i1) {
-  constexpr int W = kLanes<V>, B = NVMAX * W;
+  constexpr int B = NVMAX * kLanes<V>;
   const int64_t positions = g.n * g.p * g.q;
   const int64_t chunks = (positions + chunk - 1) / chunk;
-  const int64_t block_floats = g.win.kh * g.win.kw * g.c * B;
+  const int64_t kblocks = g.kp / B;
   for (int64_t item = i0; item < i1; ++item) {
-    const int64_t kb = item / chunks, m0 = item % chunks * chunk;
-    const int64_t m1 = std::min(positions, m0 + chunk);
-    const int64_t k0 = kb * B;
-    const float* wb = wt + kb * block_floats;
-    const int64_t vectors = (std::min<int64_t>(B, g.k - k0) + W - 1) / W;
-    if (vectors >= NVMAX) {
-      position_range<V, NVMAX, P, B>(g, in, zeros, wb, bias + k0, out, k0, m0, m1);
-    } else if constexpr (NVMAX > 1) {
-      switch (vectors) {
-        case 1: position_range<V, 1, P, B>(g, in, zeros, wb, bias + k0, out, k0, m0, m1); break;
-        case 2:
-          if constexpr (NVMAX > 2) position_range<V, 2, P, B>(g, in, zeros, wb, bias + k0, out, k0, m0, m1);
-          break;
-        default:
-          if constexpr (NVMAX > 3) position_range<V, 3, P, B>(g, in, zeros, wb, bias + k0, out, k0, m0, m1);
-          break;
+    if (g.tile > 0) {
+      const int64_t m0 = item * chunk, m1 = std::min(positions, m0 + chunk);
+      for (int64_t t0 = m0; t0 < m1; t0 += g.tile) {
+        for (int64_t kb = 0; kb < kblocks; ++kb) {
+          channel_block<V, NVMAX, P>(in, wt, bias, zeros, out, g, kb, t0, std::min(m1, t0 + g.tile));
+        }
       }
+    } else {
+      const int64_t m0 = item % chunks * chunk;
+      channel_block<V, NVMAX, P>(in, wt, bias, zeros, out, g, item / chunks, m0,
+                                 std::min(positions, m0 + chunk));
     }
   }
 }
@@ -257,6 +290,11 @@ std::vector<int64_t> position_order(const Conv2dShape<int64_t>& s) {
   return order;
 }
 
+// Weights up to this size (every block's, in bytes) stay in a core's cache
+// while a tile of kTilePositions positions runs through all their blocks.
+constexpr int64_t kTiledWeightBytes = 512 << 10;
+constexpr int64_t kTilePositions = 48;
+
 // channels_last_direct_cpu.h's conditions.
 bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   const Window2d& w = s.win;
@@ -309,8 +347,10 @@ std::optional<at::Tensor> channels_last_direct_conv2d_cpu(const at::Tensor& inpu
   const int64_t positions = s.in.n * s.oh * s.ow;
   const int64_t kblocks = kp / b;
   const int64_t threads = at::get_num_threads();
+  const int64_t weight_bytes = wt.numel() * 4;
+  if (kblocks > 1 && weight_bytes <= kTiledWeightBytes) g.tile = kTilePositions;
   // Runs of positions: about 4 items per thread, whole blocks of positions.
-  const int64_t want_items = std::max<int64_t>(1, 4 * threads / kblocks);
+  const int64_t want_items = std::max<int64_t>(1, 4 * threads / (g.tile > 0 ? 1 : kblocks));
   int64_t chunk = (positions + want_items - 1) / want_items;
   chunk = (chunk + 11) / 12 * 12;
   const int64_t chunks = (positions + chunk - 1) / chunk;
@@ -318,7 +358,7 @@ std::optional<at::Tensor> channels_last_direct_conv2d_cpu(const at::Tensor& inpu
   const float* wp = wt.const_data_ptr<float>();
   const float* biasp = bp.const_data_ptr<float>();
   float* op = out.mutable_data_ptr<float>();
-  parallel_range(kblocks * chunks, 1, [&](int64_t i0, int64_t i1) {
+  parallel_range(g.tile > 0 ? chunks : kblocks * chunks, 1, [&](int64_t i0, int64_t i1) {
     isa.run(ip, wp, biasp, zeros.data(), op, g, chunk, i0, i1);
   });
   return out.contiguous(format);
