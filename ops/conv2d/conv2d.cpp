@@ -158,13 +158,15 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
                                            padding, dilation));
   }
   const Conv2dEngines& engines = kernels.engines;
-  if (engines.forward != nullptr && engines.forward_before_pointwise) {
+  const bool engine_first = engines.forward != nullptr && engines.forward_before_pointwise != nullptr &&
+                            engines.forward_before_pointwise(input_arg, s);
+  if (engine_first) {
     if (auto out = engines.forward(input_arg, weight_arg, bias, s)) return *out;
   }
   if (format == at::MemoryFormat::ChannelsLast) {
     if (auto out = pointwise_conv2d(kernels.gemm, input_arg, weight_arg, bias, s)) return *out;
   }
-  if (engines.forward != nullptr && !engines.forward_before_pointwise) {
+  if (engines.forward != nullptr && !engine_first) {
     if (auto out = engines.forward(input_arg, weight_arg, bias, s)) return *out;
   }
   const Plan p = make_plan(s, input_arg, Pass::kForward);

@@ -70,10 +70,13 @@ struct Conv2dEngines {
   Conv2dBackwardEngine grad_weight = nullptr;
   Conv2dFusedEngine fused_forward = nullptr;
   // Whether `forward` is tried before the pointwise GEMM route
-  // (pointwise_gemm.h) on channels_last data (the CPU's direct kernels beat
-  // its GEMM), rather than after it.
-  bool forward_before_pointwise = false;
+  // (pointwise_gemm.h) on channels_last data, rather than after it; null:
+  // after. The CPU's direct kernels beat its GEMM; on CUDA the engine takes
+  // the small layers, whose calls cost more host time than GPU time.
+  bool (*forward_before_pointwise)(const at::Tensor& input, const Conv2dShape<int64_t>& s) = nullptr;
 };
+
+inline bool always(const at::Tensor&, const Conv2dShape<int64_t>&) { return true; }
 
 struct Conv2dKernels {
   ColumnKernels columns;
@@ -108,7 +111,7 @@ std::optional<at::Tensor> cpu_conv2d_grad_weight_engine(const at::Tensor& grad_o
 inline Conv2dKernels cpu_conv2d_kernels() {
   return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels(),
           {&cpu_conv2d_engine, &cpu_conv2d_grad_input_engine, &cpu_conv2d_grad_weight_engine,
-           &cpu_conv2d_fused_engine, /*forward_before_pointwise=*/true}};
+           &cpu_conv2d_fused_engine, /*forward_before_pointwise=*/&always}};
 }
 // Whether conv2d_grad_input_impl can run the input gradient as the forward
 // convolution of grad_output with the rotated weight (stride 1, the rotated
@@ -122,11 +125,13 @@ inline bool grad_input_as_forward(const Window2d& w) {
 // Whether the NCHW routes compute a layer's forward and input gradient as
 // GEMMs straight on the NCHW tensors, with no column buffer: pointwise
 // windows (1x1, stride 1, no padding) over planes of at least 128 positions
-// (smaller planes would make per-image GEMMs with narrow, misaligned rows).
-// The CUDA engines change the layout of other NCHW data instead.
+// (smaller planes would make per-image GEMMs with narrow, misaligned rows),
+// and over any plane of a single image, whose one GEMM is the whole layer
+// (the column route's im2col would copy the input as it is). The CUDA engines
+// change the layout of other NCHW data instead.
 constexpr int64_t kPointwisePerImageMinLength = 128;
 inline bool nchw_gemm_in_place(const Conv2dShape<int64_t>& s) {
-  return s.win.pointwise() && s.oh * s.ow >= kPointwisePerImageMinLength;
+  return s.win.pointwise() && (s.oh * s.ow >= kPointwisePerImageMinLength || s.in.n == 1);
 }
 
 #ifdef CUSTOMCONV_WITH_CUDA
@@ -151,11 +156,16 @@ std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
                                                    const Conv2dShape<int64_t>& s,
                                                    const ConvEpilogue& epilogue);
 
+// Whether a pointwise channels_last forward is small enough to be bound by
+// the host (engines_cuda.cpp), so that the engine, one launch with the bias in
+// its epilogue, goes before the pointwise GEMM and its separate bias add.
+bool cuda_small_pointwise(const at::Tensor& input, const Conv2dShape<int64_t>& s);
+
 inline Conv2dKernels cuda_conv2d_kernels() {
   return {cuda_column_kernels(), &batched_gemm_cuda, &gemm_parallelism_cuda,
           cuda_depthwise_kernels(),
           {&cuda_conv2d_engine, &cuda_conv2d_grad_input_engine, &cuda_conv2d_grad_weight_engine,
-           &cuda_conv2d_fused_engine}};
+           &cuda_conv2d_fused_engine, &cuda_small_pointwise}};
 }
 #endif
 

@@ -438,8 +438,10 @@ std::optional<at::Tensor> wgrad(const at::Tensor& x, const at::Tensor& go,
   pr.weight = planes.mutable_data_ptr();
   if (!kWgrad(x, pr)) return std::nullopt;
   // (K, kh, kw, C) in memory: the (K, C, kh, kw) gradient, channels_last.
-  // (Summed, then rounded: at::sum with a dtype would round each slice first.)
-  return planes.sum(0).to(x.scalar_type()).permute({0, 3, 1, 2});
+  // (Summed, then rounded: at::sum with a dtype would round each slice first.
+  // One slice is the sum itself: float32 gradients then need no more kernels.)
+  const at::Tensor sum = pr.split_k == 1 ? planes.select(0, 0) : planes.sum(0);
+  return sum.to(x.scalar_type()).permute({0, 3, 1, 2});
 }
 
 }  // namespace

@@ -284,3 +284,27 @@ def test_float32_without_tf32_takes_the_exact_route(kernel, gen):
     assert exact.is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(exact.double(), want, rtol=1e-5, atol=1e-4)
     assert (tf32.double() - want).abs().max() > (exact.double() - want).abs().max()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layer", [
+    # (batch, C, K, plane): 2^28 multiply-adds or fewer go to the engine, one
+    # launch with the bias in its epilogue; larger ones to the pointwise GEMM.
+    pytest.param((2, 64, 96, 12, True), id="small-engine"),
+    pytest.param((1, 256, 512, 7, True), id="one-image-7x7-engine"),
+    pytest.param((2, 256, 1024, 40, False), id="large-gemm"),
+])
+def test_pointwise_channels_last_forward_route_follows_the_problem_size(dtype, layer, gen, seed):
+    n, c, k, hw, engine = layer
+    x = make_tensor((n, c, hw, hw), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((k, c, 1, 1), dtype, "cuda", "channels_last", gen)
+    b = make_tensor((k,), dtype, "cuda", "contiguous", gen)
+    args = ([1, 1], [0, 0], [1, 1], 1)
+    with tf32_allowed():
+        names = kernels_launched(lambda: ops.conv2d(x, w, b, *args))
+        out = ops.conv2d(x, w, b, *args)
+    assert ("ImplicitGemmConvolution" in names) == engine, (layer, names)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    want = F.conv2d(x.double(), w.double(), b.double())
+    # TF32 or 16-bit operands, float32 accumulation.
+    assert_close_in_norm(out, want, 2e-3 if dtype == torch.float32 else 5e-3, f"seed={seed} {layer}")
