@@ -12,6 +12,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <utility>
+
 namespace customconv {
 
 // `t` in memory format `format` (Contiguous or ChannelsLast): `t` itself where
@@ -19,5 +21,9 @@ namespace customconv {
 // of 2- or 4-byte elements dense in the other format; otherwise
 // t.contiguous(format).
 at::Tensor to_memory_format(const at::Tensor& t, at::MemoryFormat format);
+
+// (to_memory_format(a, ChannelsLast), to_memory_format(b, ChannelsLast)),
+// with one allocation and one launch where both need the kernel's copy.
+std::pair<at::Tensor, at::Tensor> to_channels_last_together(const at::Tensor& a, const at::Tensor& b);
 
 }  // namespace customconv

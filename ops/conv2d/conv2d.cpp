@@ -140,6 +140,15 @@ void sliced_weight_gemm(const Conv2dKernels& kernels, const at::Tensor& go_rows,
   }
 }
 
+// Whether the pointwise GEMMs (pointwise_gemm.h), which read and write
+// channels_last, may compute a pass whose result takes `format`: a
+// channels_last one, or any where every plane is one position (squeeze-and-
+// excitation layers on pooled (N, C, 1, 1) data), whose tensors are NCHW and
+// channels_last at once: their layer is one GEMM over the images.
+bool pointwise_gemm_applies(at::MemoryFormat format, const Conv2dShape<int64_t>& s) {
+  return format == at::MemoryFormat::ChannelsLast || (s.in.h * s.in.w == 1 && s.oh * s.ow == 1);
+}
+
 }  // namespace
 
 at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg,
@@ -163,7 +172,7 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
   if (engine_first) {
     if (auto out = engines.forward(input_arg, weight_arg, bias, s)) return *out;
   }
-  if (format == at::MemoryFormat::ChannelsLast) {
+  if (pointwise_gemm_applies(format, s)) {
     if (auto out = pointwise_conv2d(kernels.gemm, input_arg, weight_arg, bias, s)) return *out;
   }
   if (engines.forward != nullptr && !engine_first) {
@@ -253,7 +262,7 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
     return in_format(depthwise_conv2d_grad_input_impl(kernels.depthwise, grad_output, input_arg,
                                                       weight_arg, stride, padding, dilation));
   }
-  if (format == at::MemoryFormat::ChannelsLast) {
+  if (pointwise_gemm_applies(format, s)) {
     if (auto gi = pointwise_conv2d_grad_input(kernels.gemm, grad_output, weight_arg, s)) return *gi;
   }
   if (kernels.engines.grad_input != nullptr) {
@@ -317,7 +326,7 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
     return in_format(depthwise_conv2d_grad_weight_impl(kernels.depthwise, grad_output, input_arg,
                                                        weight_arg, stride, padding, dilation));
   }
-  if (format == at::MemoryFormat::ChannelsLast) {
+  if (pointwise_gemm_applies(format, s)) {
     if (auto gw = pointwise_conv2d_grad_weight(kernels.gemm, grad_output, input_arg, s)) return *gw;
   }
   if (kernels.engines.grad_weight != nullptr) {

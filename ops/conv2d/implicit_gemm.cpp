@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <tuple>
 
 namespace customconv {
 namespace {
@@ -273,6 +274,7 @@ at::Tensor unpacked_weight_grad(const at::Tensor& g, const PackedStem& p, const 
 struct Operand {
   at::Tensor t;
   Conv2dShape<int64_t> s;
+  at::Tensor with;  // prepare's `with`, channels_last, where it was changed with t
 };
 
 // Whether NCHW data goes to the engine through a layout change each way
@@ -302,9 +304,11 @@ bool relayout_nchw(const Conv2dShape<int64_t>& s, bool forward) {
 // tensor copied into channels_last once the engine is known to take the case.
 // With `pad` > 0 and fewer input channels than a vector, the channels are
 // padded with zeros to a multiple of `pad` (the weight gradient of an RGB
-// stem: 3 channels), in one small copy.
+// stem: 3 channels), in one small copy. Where t's layout changes, `with` (if
+// defined: the pass's other NCHW operand) changes with it, in the same
+// allocation and launch (relayout_cuda.h).
 std::optional<Operand> prepare(const at::Tensor& t, const Conv2dShape<int64_t>& s, int64_t pad,
-                               bool relayout) {
+                               bool relayout, const at::Tensor& with = at::Tensor()) {
   if (!takes_dtype(t) || !s.in.batched || t.dim() != 4) return std::nullopt;
   const bool nchw = !t.is_contiguous(kChannelsLast);
   if (nchw && !(relayout && t.is_contiguous())) return std::nullopt;
@@ -312,7 +316,11 @@ std::optional<Operand> prepare(const at::Tensor& t, const Conv2dShape<int64_t>& 
   const bool padded = pad > 0 && s.in.c < channel_multiple(t) && s.in.c % pad != 0;
   if (padded) op.s.in.c = (s.in.c + pad - 1) / pad * pad;
   if (!takes(t, op.s)) return std::nullopt;
-  if (nchw) op.t = to_memory_format(t, kChannelsLast);
+  if (nchw && with.defined() && !padded) {
+    std::tie(op.t, op.with) = to_channels_last_together(t, with);
+  } else if (nchw) {
+    op.t = to_memory_format(t, kChannelsLast);
+  }
   if (padded) op.t = pad_channels(op.t, op.s.in.c);
   if (!aligned16(op.t)) return std::nullopt;
   return op;
@@ -393,9 +401,10 @@ std::optional<at::Tensor> forward(const at::Tensor& input, const at::Tensor& wei
     if (!out) return std::nullopt;
     return in_format(*out, input, weight);
   }
-  const auto x = prepare(input, s, 0, relayout_nchw(s, /*forward=*/true));
+  const auto x = prepare(input, s, 0, relayout_nchw(s, /*forward=*/true),
+                         s.groups == 1 ? weight : at::Tensor());
   if (!x) return std::nullopt;
-  at::Tensor w = x->s.in.c == s.in.c ? weight : pad_channels(weight, x->s.in.c);
+  at::Tensor w = x->with.defined() ? x->with : weight;
   Conv2dShape<int64_t> merged = x->s;
   if (s.groups > 1) {
     const int64_t gs = groups_merged(s);
@@ -471,10 +480,10 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
   if ((win.sh != 1 || win.sw != 1) && (win.dh != 1 || win.dw != 1)) return std::nullopt;
   if (s.in.n * s.in.h * s.in.w == 0 || s.oh * s.ow == 0) return std::nullopt;
   if (s.in.c % channel_multiple(input) != 0) return std::nullopt;
-  const auto go = prepare(grad_output, s, 0, relayout_nchw(s, /*forward=*/false));
+  const auto go = prepare(grad_output, s, 0, relayout_nchw(s, /*forward=*/false), weight);
   if (!go) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
-  const at::Tensor w = to_memory_format(weight, kChannelsLast);
+  const at::Tensor w = go->with.defined() ? go->with : to_memory_format(weight, kChannelsLast);
   if (!aligned16(w)) return std::nullopt;
   at::Tensor gi = empty_channels_last(input, s.in.n, s.in.c, s.in.h, s.in.w);
   implicit_gemm::ConvProblem pr = geometry(input, s);
@@ -497,10 +506,12 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& gra
     if (!gw) return std::nullopt;
     return in_format(unpacked_weight_grad(*gw, *packed, s), input, weight);
   }
-  const auto x = prepare(input, s, channel_multiple(input), relayout_nchw(s, /*forward=*/false));
+  const auto x = prepare(input, s, channel_multiple(input), relayout_nchw(s, /*forward=*/false),
+                         grad_output);
   if (!x) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
-  const auto gw = wgrad(x->t, to_memory_format(grad_output, kChannelsLast), x->s);
+  const at::Tensor go = x->with.defined() ? x->with : to_memory_format(grad_output, kChannelsLast);
+  const auto gw = wgrad(x->t, go, x->s);
   if (!gw) return std::nullopt;
   // The padded channels' gradient dropped.
   return in_format(x->s.in.c == s.in.c ? *gw : gw->narrow(1, 0, s.in.c), input, weight);

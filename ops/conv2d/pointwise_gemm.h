@@ -1,7 +1,9 @@
 // Pointwise conv2d (1x1 window, stride 1, no padding, groups 1) on
 // channels_last data, every device and floating dtype: a channels_last
 // (N, C, H, W) tensor lies in memory as an (N*H*W, C) matrix, so each pass is
-// one matrix product read and written in place:
+// one matrix product read and written in place (conv2d.cpp also gives them
+// NCHW layers whose planes are one position, such as squeeze-and-excitation
+// layers on pooled data: those tensors are channels_last as well):
 //   forward      out (NHW, K)  = x (NHW, C) · w (K, C)^T  (+ bias)
 //   grad_input   gx  (NHW, C)  = go (NHW, K) · w (K, C)
 //   grad_weight  gw  (K, C)    = go (NHW, K)^T · x (NHW, C)

@@ -243,6 +243,11 @@ ROUTE_CASES = {
                                                       out_channels=4, batch=2),
     "pointwise_strided_takes_columns": dict(kernel=(1, 1), stride=(2, 2), padding=(0, 0)),
     "pointwise_small_plane_takes_columns": dict(_POINTWISE, kind="grouped", size=(7, 7), batch=3),
+    # One image: its one GEMM in place at any plane size.
+    "pointwise_small_plane_one_image": dict(_POINTWISE, kind="plain", size=(5, 7), batch=1),
+    # Planes of one position (squeeze-and-excitation on pooled data), NCHW and
+    # channels_last at once: the pointwise GEMM over the images.
+    "pointwise_one_position_planes": dict(_POINTWISE, kind="plain", size=(1, 1), batch=5),
     # Output planes of >= 1024 positions: per-image columns.
     "large_plane": dict(_LARGE_PLANE, kind="plain", batch=2),
     "large_plane_more_images_than_groups": dict(_LARGE_PLANE, groups=2, in_channels=4,
