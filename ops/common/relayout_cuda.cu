@@ -125,10 +125,13 @@ std::pair<at::Tensor, at::Tensor> to_channels_last_together(const at::Tensor& a,
   const int64_t a_bytes = (a.numel() * es + kAlignment - 1) / kAlignment * kAlignment;
   const at::Tensor buffer = at::empty({a_bytes + b.numel() * es}, a.options().dtype(at::kByte));
   const auto view = [&](const at::Tensor& t, int64_t offset) {
-    // (N, C, H, W) over bytes [offset, ...) of the buffer, channels_last.
+    // (N, C, H, W) over bytes [offset, ...) of the buffer, channels_last: a
+    // tensor on the buffer's storage, made without a dispatcher call.
     const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
-    return at::empty({0}, t.options())
-        .set_(buffer.storage(), offset / es, t.sizes(), {h * w * c, 1, w * c, c});
+    at::Tensor v = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(buffer.storage()),
+                                                            buffer.key_set(), t.dtype());
+    v.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), {h * w * c, 1, w * c, c}, offset / es);
+    return v;
   };
   at::Tensor ca = view(a, 0), cb = view(b, a_bytes);
   launch({{job_of(a, ca.mutable_data_ptr(), kCl), job_of(b, cb.mutable_data_ptr(), kCl)}, 2}, es);
