@@ -246,6 +246,92 @@ CUSTOMCONV_CPU_CLONES void forward_images(const float* in, const float* wt, cons
   }
 }
 
+#if CUSTOMCONV_CPU_ISA_BUILDS
+// The forward of groups of a multiple of 16 output channels on the AVX-512
+// build (ResNeXt's 14x14 and 7x7 stages), 16 output channels of one group a
+// vector: a block is kWidePositions output positions of one image (taken in
+// (y, x) order across rows, so that 7- and 14-wide rows fill whole blocks) x
+// LB vectors, LB = 2 where the group has a multiple of 32 output channels.
+// Each input value is broadcast once for LB multiply-adds of 16 lanes; the
+// weight is read as (K/16, kh, kw, cg, 16). Work items are (image, chunk of
+// kChunk vectors' channels), each vector's weights swept over the image.
+constexpr int kWidePositions = 6;
+
+template <int LB>
+__attribute__((always_inline)) inline void wide_block(const float* img, const float* wt,
+                                                      const float* bias, const float* zeros,
+                                                      float* oimg, const Geometry& g, int64_t m0,
+                                                      int count, int64_t k0) {
+  constexpr int P = kWidePositions;
+  const Window2d& k = g.win;
+  const float* first = img + (k0 / g.kg) * g.cg;  // the group's first input channel
+  Float16 acc[P][LB];
+  for (int l = 0; l < LB; ++l) {
+    const Float16 b = bias != nullptr ? loadv<Float16>(bias + k0 + 16 * l) : Float16{};
+    for (int t = 0; t < P; ++t) acc[t][l] = b;
+  }
+  int64_t oy[P], ox[P];
+  for (int t = 0; t < P; ++t) {
+    const int64_t m = m0 + std::min(t, count - 1);
+    oy[t] = m / g.q * k.sh - k.ph, ox[t] = m % g.q * k.sw - k.pw;
+  }
+  const int64_t wstride = k.kh * k.kw * g.cg * 16;  // between vectors
+  const float* wblock = wt + (k0 / 16) * wstride;
+  for (int64_t i = 0; i < k.kh; ++i) {
+    for (int64_t j = 0; j < k.kw; ++j) {
+      // (A tap outside the input, or a position past `count`, reads zeros:
+      // no branch in the reduction; a tap outside for every position is skipped.)
+      const float* src[P];
+      bool any = false;
+      for (int t = 0; t < P; ++t) {
+        const int64_t iy = oy[t] + i * k.dh, ix = ox[t] + j * k.dw;
+        const bool inside = t < count && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+        src[t] = inside ? first + (iy * g.w + ix) * g.c : zeros;
+        any = any || inside;
+      }
+      if (!any) continue;
+      const float* w = wblock + (i * k.kw + j) * g.cg * 16;
+      for (int64_t r = 0; r < g.cg; ++r) {
+        Float16 wv[LB];
+        for (int l = 0; l < LB; ++l) wv[l] = loadv<Float16>(w + l * wstride + r * 16);
+        for (int t = 0; t < P; ++t) {
+          const float v = src[t][r];  // a scalar: one broadcast from memory
+          for (int l = 0; l < LB; ++l) acc[t][l] += wv[l] * v;
+        }
+      }
+    }
+  }
+  for (int t = 0; t < count; ++t) {
+    for (int l = 0; l < LB; ++l) storev(oimg + (m0 + t) * g.k + k0 + 16 * l, acc[t][l]);
+  }
+}
+
+__attribute__((target("arch=x86-64-v4"))) void wide_forward_images(const float* in, const float* wt,
+                                                                   const float* bias, const float* zeros,
+                                                                   float* out, Geometry g, int64_t i0,
+                                                                   int64_t i1) {
+  const int64_t vectors = g.k / 16, chunks = (vectors + kChunk - 1) / kChunk;
+  const int64_t positions = g.p * g.q;
+  const bool pairs = g.kg % 32 == 0;
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t n = item / chunks, v0 = item % chunks * kChunk;
+    const int64_t v1 = std::min(vectors, v0 + kChunk);
+    const float* img = in + n * g.h * g.w * g.c;
+    float* oimg = out + n * positions * g.k;
+    for (int64_t v = v0; v < v1; v += pairs ? 2 : 1) {
+      for (int64_t m = 0; m < positions; m += kWidePositions) {
+        const int count = int(std::min<int64_t>(kWidePositions, positions - m));
+        if (pairs) {
+          wide_block<2>(img, wt, bias, zeros, oimg, g, m, count, v * 16);
+        } else {
+          wide_block<1>(img, wt, bias, zeros, oimg, g, m, count, v * 16);
+        }
+      }
+    }
+  }
+}
+#endif
+
 // ------------------------------------------------- input channels as the lanes
 
 // Groups of 8 input channels and a multiple of 8 output channels (ResNeXt-50's
@@ -431,6 +517,102 @@ CUSTOMCONV_CPU_CLONES void weight_items(const float* go, const float* in, float*
     weight_items_with<1>(go, in, gw, g, t0, t1);
   }
 }
+
+#if CUSTOMCONV_CPU_ISA_BUILDS
+// The weight gradient of groups of a multiple of 16 output channels on the
+// AVX-512 build (ResNeXt's 14x14 and 7x7 stages: 16 and 32 a group): an item
+// is LB vectors of 16 output channels of one group, a tap, and up to CB of
+// the group's input channels, summed over every output position in order.
+// Per position: LB loads of grad_output, and CB input values each broadcast
+// once for LB multiply-adds of 16 lanes (the 8-lane items above: 2 loads and
+// 4 broadcasts for 8 multiply-adds of 8 lanes). LB = 2 and CB = 8 where a
+// group has a multiple of 32 output channels, else LB = 1 and CB = 16: 16
+// accumulators with the grad_output vectors within the 32 registers.
+struct WideWeightBlocks {
+  int64_t lb, cb;
+};
+WideWeightBlocks wide_weight_blocks(const Geometry& g) {
+  return g.kg % 32 == 0 ? WideWeightBlocks{2, 8} : WideWeightBlocks{1, 16};
+}
+int64_t wide_weight_item_count(const Geometry& g) {
+  const WideWeightBlocks b = wide_weight_blocks(g);
+  return g.k / (16 * b.lb) * g.win.kh * g.win.kw * ((g.cg + b.cb - 1) / b.cb);
+}
+
+// Output channels [k0, k0 + 16 LB) of one group at tap (i, j), input channels
+// [c0, c0 + CB) of the group; written to gw (K, kh, kw, cg).
+template <int LB, int CB>
+__attribute__((always_inline)) inline void wide_weight_item(const float* go, const float* in, float* gw,
+                                                            const Geometry& g, int64_t k0, int64_t i,
+                                                            int64_t j, int64_t c0) {
+  const Window2d& k = g.win;
+  const float* first = in + (k0 / g.kg) * g.cg + c0;
+  Float16 acc[LB][CB];
+  for (int l = 0; l < LB; ++l) {
+    for (int cc = 0; cc < CB; ++cc) acc[l][cc] = Float16{};
+  }
+  const int64_t off = j * k.dw - k.pw;
+  // The output columns x whose input column x * sw + off is in [0, w).
+  const int64_t lo = off >= 0 ? 0 : (-off + k.sw - 1) / k.sw;
+  const int64_t hi = std::min(g.q, g.w - 1 - off >= 0 ? (g.w - 1 - off) / k.sw + 1 : 0);
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t y = 0; y < g.p; ++y) {
+      const int64_t iy = y * k.sh - k.ph + i * k.dh;
+      if (iy < 0 || iy >= g.h) continue;
+      const float* grow = go + ((n * g.p + y) * g.q) * g.k + k0;
+      const float* xrow = first + ((n * g.h + iy) * g.w) * g.c;
+      for (int64_t x = lo; x < hi; ++x) {
+        Float16 gv[LB];
+        for (int l = 0; l < LB; ++l) gv[l] = loadv<Float16>(grow + x * g.k + 16 * l);
+        const float* src = xrow + (x * k.sw + off) * g.c;
+        for (int cc = 0; cc < CB; ++cc) {
+          const float v = src[cc];  // a scalar: one broadcast from memory
+          for (int l = 0; l < LB; ++l) acc[l][cc] += gv[l] * v;
+        }
+      }
+    }
+  }
+  const int64_t lane_stride = k.kh * k.kw * g.cg;
+  for (int l = 0; l < LB; ++l) {
+    float* dst = gw + (((k0 + 16 * l) * k.kh + i) * k.kw + j) * g.cg + c0;
+    for (int cc = 0; cc < CB; ++cc) {
+      for (int lane = 0; lane < 16; ++lane) dst[lane * lane_stride + cc] = acc[l][cc][lane];
+    }
+  }
+}
+
+// Items [t0, t1) of (LB vectors of output channels, tap, block of CB input
+// channels), output channels outermost; a last, partial block of input
+// channels runs 4 and then 1 at a time.
+template <int LB, int CB>
+__attribute__((always_inline)) inline void wide_weight_items_with(const float* go, const float* in,
+                                                                  float* gw, const Geometry& g,
+                                                                  int64_t t0, int64_t t1) {
+  const int64_t taps = g.win.kh * g.win.kw, cblocks = (g.cg + CB - 1) / CB;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t k0 = t / (taps * cblocks) * 16 * LB, tap = t / cblocks % taps;
+    const int64_t i = tap / g.win.kw, j = tap % g.win.kw, c0 = t % cblocks * CB;
+    const int64_t cb = std::min<int64_t>(CB, g.cg - c0);
+    if (cb == CB) {
+      wide_weight_item<LB, CB>(go, in, gw, g, k0, i, j, c0);
+      continue;
+    }
+    int64_t c = c0;
+    for (; c + 4 <= c0 + cb; c += 4) wide_weight_item<LB, 4>(go, in, gw, g, k0, i, j, c);
+    for (; c < c0 + cb; ++c) wide_weight_item<LB, 1>(go, in, gw, g, k0, i, j, c);
+  }
+}
+
+__attribute__((target("arch=x86-64-v4"))) void wide_weight_items(const float* go, const float* in,
+                                                                 float* gw, Geometry g, int64_t t0,
+                                                                 int64_t t1) {
+  if (wide_weight_blocks(g).lb == 2) {
+    wide_weight_items_with<2, 8>(go, in, gw, g, t0, t1);
+  } else {
+    wide_weight_items_with<1, 16>(go, in, gw, g, t0, t1);
+  }
+}
+#endif
 
 // Groups of 8 output channels with a multiple of 8 input channels and rows of
 // 3 taps (ResNeXt's 28x28 stage, RegNet): the weight gradient with input
@@ -620,6 +802,14 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight_cpu(const at::Tensor
     });
     return gw.permute({0, 3, 1, 2}).contiguous(conv2d_output_format(input, weight));
   }
+#if CUSTOMCONV_CPU_ISA_BUILDS
+  if (g.kg % 16 == 0 && cpu_isa() == CpuIsa::kX86_64_V4) {
+    parallel_range(wide_weight_item_count(g), 1, [&](int64_t t0, int64_t t1) {
+      wide_weight_items(gp, ip, wp, g, t0, t1);
+    });
+    return gw.permute({0, 3, 1, 2}).contiguous(conv2d_output_format(input, weight));
+  }
+#endif
   const int64_t items = weight_item_count(g);
   parallel_range(items, 1, [&](int64_t t0, int64_t t1) { weight_items(gp, ip, wp, g, t0, t1); });
   return gw.permute({0, 3, 1, 2}).contiguous(conv2d_output_format(input, weight));
@@ -671,12 +861,29 @@ std::optional<at::Tensor> grouped_direct_conv2d_cpu(const at::Tensor& input,
   const at::MemoryFormat format = conv2d_output_format(input, weight);
   const at::Tensor x = input.contiguous(at::MemoryFormat::ChannelsLast);
   const Window2d& win = s.win;
-  // (K, cg, kh, kw) as (K/8, kh, kw, cg, 8): a lane block's weights per tap and channel.
-  const at::Tensor wt =
-      weight.reshape({s.k / 8, 8, cg, win.kh, win.kw}).permute({0, 3, 4, 2, 1}).contiguous();
   const bool has_bias = bias.has_value() && bias->defined();
   const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
   at::Tensor out = empty_channels_last(input, s.in.n, s.k, s.oh, s.ow);
+#if CUSTOMCONV_CPU_ISA_BUILDS
+  if (g.kg % 16 == 0 && cpu_isa() == CpuIsa::kX86_64_V4) {
+    // (K, cg, kh, kw) as (K/16, kh, kw, cg, 16).
+    const at::Tensor w16 =
+        weight.reshape({s.k / 16, 16, cg, win.kh, win.kw}).permute({0, 3, 4, 2, 1}).contiguous();
+    const float* ip = x.const_data_ptr<float>();
+    const float* wp = w16.const_data_ptr<float>();
+    const float* bp = has_bias ? b.const_data_ptr<float>() : nullptr;
+    float* op = out.mutable_data_ptr<float>();
+    const std::vector<float> zeros(static_cast<size_t>(cg), 0.f);
+    const int64_t chunks = (s.k / 16 + kChunk - 1) / kChunk;
+    parallel_range(g.n * chunks, 1, [&](int64_t i0, int64_t i1) {
+      wide_forward_images(ip, wp, bp, zeros.data(), op, g, i0, i1);
+    });
+    return out.contiguous(format);
+  }
+#endif
+  // (K, cg, kh, kw) as (K/8, kh, kw, cg, 8): a lane block's weights per tap and channel.
+  const at::Tensor wt =
+      weight.reshape({s.k / 8, 8, cg, win.kh, win.kw}).permute({0, 3, 4, 2, 1}).contiguous();
   const float* ip = x.const_data_ptr<float>();
   const float* wp = wt.const_data_ptr<float>();
   const float* bp = has_bias ? b.const_data_ptr<float>() : nullptr;

@@ -87,20 +87,30 @@ def test_grouped_cpu_matches_torch_on_model_layers(layer, gen, seed):
     check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
 
 
-def test_grouped_cpu_forward_does_not_depend_on_the_thread_count(gen):
-    x = make_tensor((3, 128, 20, 20), torch.float32, "cpu", "channels_last", gen)
-    w = make_tensor((128, 4, 3, 3), torch.float32, "cpu", "channels_last", gen)
+# (channels, groups): 4 output channels a group; 16 and 32, which the AVX-512
+# build runs 16 channels a vector.
+@pytest.mark.parametrize("layer", [(128, 32), (256, 16), (256, 8)], ids=["4pg", "16pg", "32pg"])
+def test_grouped_cpu_forward_and_weight_gradient_do_not_depend_on_the_thread_count(layer, gen):
+    c, groups = layer
+    x = make_tensor((3, c, 13, 11), torch.float32, "cpu", "channels_last", gen)
+    w = make_tensor((c, c // groups, 3, 3), torch.float32, "cpu", "channels_last", gen)
+    go = make_tensor((3, c, 13, 11), torch.float32, "cpu", "channels_last", gen)
+    args = ([1, 1], [1, 1], [1, 1], groups)
     saved = torch.get_num_threads()
     try:
-        outs = []
+        outs, grads = [], []
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            outs.append(ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 32))
+            outs.append(ops.conv2d(x, w, None, *args))
+            grads.append(ops.conv2d_grad_weight(go, x, w, *args))
     finally:
         torch.set_num_threads(saved)
-    assert torch.equal(outs[0], outs[1])
-    want = F.conv2d(x.double(), w.double(), None, 1, 1, 1, 32)
-    torch.testing.assert_close(outs[0].double(), want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(grads[0], grads[1])
+    want = F.conv2d(x.double(), w.double(), None, 1, 1, 1, groups)
+    torch.testing.assert_close(outs[0].double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    want_gw = torch.ops.aten.convolution_backward(go.double(), x.double(), w.double(), None, [1, 1], [1, 1],
+                                                  [1, 1], False, [0, 0], groups, [False, True, False])[1]
+    torch.testing.assert_close(grads[0].double(), want_gw, rtol=1e-5, atol=1e-5 * want_gw.abs().max().item())
 
 
 @pytest.mark.parametrize("case", ["kg-3", "float64", "k-not-multiple-of-8"])

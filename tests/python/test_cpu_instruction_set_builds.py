@@ -3,7 +3,8 @@ x86-64-v4, x86-64-v3 and the baseline, one picked per process) all match
 F.conv2d: each build is forced with CUSTOMCONV_CPU_ISA in a subprocess (the
 choice is made once per process) and runs conv2d's direct float32 forward
 kernels (few input channels, 16 or more; output channels that fill no whole
-vector; NCHW and channels_last) and depthwise_conv2d's float32 forward."""
+vector; NCHW and channels_last), the grouped forward and weight gradient of
+16 and 32 channels a group, and depthwise_conv2d's float32 forward."""
 
 import os
 import subprocess
@@ -32,6 +33,20 @@ SCRIPT = textwrap.dedent(
             torch.testing.assert_close(got.double(), want, rtol=1e-5,
                                        atol=1e-5 * want.abs().max().item(),
                                        msg=lambda m: f"conv2d {(n, c, h, w, k, ks, s, p, d)} {fmt}: {m}")
+    # Grouped layers of 16 and 32 channels a group (16-lane kernels on x86-64-v4):
+    # the forward and the weight gradient.
+    for c, groups, s in [(128, 8, 1), (256, 8, 2)]:
+        x = torch.randn(2, c, 9, 11).contiguous(memory_format=torch.channels_last)
+        wt = torch.randn(c, c // groups, 3, 3)
+        got = ops.conv2d(x, wt, None, [s, s], [1, 1], [1, 1], groups)
+        want = F.conv2d(x.double(), wt.double(), None, s, 1, 1, groups)
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+        go = torch.randn(got.shape)
+        gw = ops.conv2d_grad_weight(go, x, wt, [s, s], [1, 1], [1, 1], groups)
+        want = torch.ops.aten.convolution_backward(go.double(), x.double(), wt.double(), None, [s, s],
+                                                   [1, 1], [1, 1], False, [0, 0], groups,
+                                                   [False, True, False])[1]
+        torch.testing.assert_close(gw.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
     x = torch.randn(2, 24, 17, 19)
     wt = torch.randn(24, 1, 5, 5)
     got = ops.depthwise_conv2d(x, wt, None, [2, 1], [2, 2], [1, 1])
