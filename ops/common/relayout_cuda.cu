@@ -14,22 +14,23 @@ namespace {
 
 constexpr int kTile = 32;
 constexpr int kRowsPerPass = 8;  // the block is kTile x kRowsPerPass threads
-constexpr int kMaxJobs = 2;
 
-// out[b, j, i] = in[b, i, j] for in (batch, rows, cols), both contiguous.
+// out[b, j, i] = in[b, i, j] for in (batch, rows, cols), both contiguous;
+// its kTile x kTile tiles counted on the host (32-bit: the kernel decodes a
+// tile's coordinates with two 32-bit divisions).
 struct Transpose {
   const void* in;
   void* out;
-  int64_t batch, rows, cols;
-  __host__ __device__ int64_t tiles() const { return batch * ((rows + kTile - 1) / kTile) * ((cols + kTile - 1) / kTile); }
+  int64_t rows, cols;
+  uint32_t row_tiles, col_tiles, tiles;
 };
 struct Transposes {
-  Transpose job[kMaxJobs];
-  int jobs;
+  Transpose first, second;  // second: none where first.tiles == total
+  uint32_t total;
 };
 
 // Each block moves kTile x kTile tiles of the jobs' matrices, numbered over
-// all jobs one after the other (job, matrix, row tile, column tile; a grid
+// both jobs one after the other (job, matrix, row tile, column tile; a grid
 // stride loop covers more tiles than blocks). Thread (x, y) reads elements
 // (i0 + y + 8k, j0 + x) for k = 0..3 (a warp reads 32 neighbours of one input
 // row), stores them in shared memory, and after the barrier writes elements
@@ -40,18 +41,16 @@ struct Transposes {
 template <typename T>
 __global__ void __launch_bounds__(kTile * kRowsPerPass) batched_transpose_kernel(Transposes jobs) {
   __shared__ T tile[kTile][kTile + 1];
-  int64_t total = 0;
-  for (int q = 0; q < jobs.jobs; ++q) total += jobs.job[q].tiles();
-  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-    int64_t rest = t;
-    int q = 0;
-    while (rest >= jobs.job[q].tiles()) rest -= jobs.job[q].tiles(), ++q;
-    const Transpose& job = jobs.job[q];
-    const int64_t col_tiles = (job.cols + kTile - 1) / kTile, row_tiles = (job.rows + kTile - 1) / kTile;
-    const int64_t b = rest / (row_tiles * col_tiles), r = rest % (row_tiles * col_tiles);
-    const int64_t i0 = r / col_tiles * kTile, j0 = r % col_tiles * kTile;
-    const T* src = static_cast<const T*>(job.in) + b * job.rows * job.cols;
-    T* dst = static_cast<T*>(job.out) + b * job.rows * job.cols;
+  for (uint32_t t = blockIdx.x; t < jobs.total; t += gridDim.x) {
+    const bool second = t >= jobs.first.tiles;
+    const Transpose job = second ? jobs.second : jobs.first;
+    const uint32_t rest = second ? t - jobs.first.tiles : t;
+    const uint32_t per_matrix = job.row_tiles * job.col_tiles;
+    const uint32_t b = rest / per_matrix, r = rest - b * per_matrix;
+    const uint32_t it = r / job.col_tiles, jt = r - it * job.col_tiles;
+    const int64_t i0 = int64_t(it) * kTile, j0 = int64_t(jt) * kTile;
+    const T* src = static_cast<const T*>(job.in) + int64_t(b) * job.rows * job.cols;
+    T* dst = static_cast<T*>(job.out) + int64_t(b) * job.rows * job.cols;
     const int64_t j = j0 + threadIdx.x;
 #pragma unroll
     for (int k = 0; k < kTile; k += kRowsPerPass) {
@@ -69,6 +68,17 @@ __global__ void __launch_bounds__(kTile * kRowsPerPass) batched_transpose_kernel
   }
 }
 
+// The most tiles one launch numbers.
+constexpr int64_t kMaxTiles = std::numeric_limits<uint32_t>::max();
+
+// t's tiles (NCHW <-> channels_last of a 4-D tensor: per image, a (C, H*W)
+// or (H*W, C) matrix), or -1 where there are more than kMaxTiles.
+int64_t tile_count(const at::Tensor& t) {
+  const int64_t n = t.size(0), c = t.size(1), hw = t.size(2) * t.size(3);
+  const int64_t tiles = n * ((c + kTile - 1) / kTile) * ((hw + kTile - 1) / kTile);
+  return tiles <= kMaxTiles ? tiles : -1;
+}
+
 // Whether the transpose kernel changes t into `format`: a 4-D CUDA tensor of
 // 2- or 4-byte elements, not empty, dense in the other format.
 bool kernel_takes(const at::Tensor& t, at::MemoryFormat format) {
@@ -76,21 +86,22 @@ bool kernel_takes(const at::Tensor& t, at::MemoryFormat format) {
                                      ? at::MemoryFormat::Contiguous
                                      : at::MemoryFormat::ChannelsLast;
   const int64_t es = t.element_size();
-  return t.is_cuda() && t.dim() == 4 && t.numel() > 0 && (es == 2 || es == 4) && t.is_contiguous(other);
+  return t.is_cuda() && t.dim() == 4 && t.numel() > 0 && (es == 2 || es == 4) && t.is_contiguous(other) &&
+         tile_count(t) >= 0;
 }
 
 // The job changing t (kernel_takes) into `format`, written to `out`.
 Transpose job_of(const at::Tensor& t, void* out, at::MemoryFormat format) {
   // NCHW -> channels_last: each image's (C, H*W) matrix transposed; back: (H*W, C).
-  const int64_t n = t.size(0), c = t.size(1), hw = t.size(2) * t.size(3);
+  const int64_t c = t.size(1), hw = t.size(2) * t.size(3);
   const bool to_channels_last = format == at::MemoryFormat::ChannelsLast;
-  return {t.const_data_ptr(), out, n, to_channels_last ? c : hw, to_channels_last ? hw : c};
+  const int64_t rows = to_channels_last ? c : hw, cols = to_channels_last ? hw : c;
+  return {t.const_data_ptr(), out, rows, cols, uint32_t((rows + kTile - 1) / kTile),
+          uint32_t((cols + kTile - 1) / kTile), uint32_t(tile_count(t))};
 }
 
 void launch(const Transposes& jobs, int64_t element_size) {
-  int64_t total = 0;
-  for (int q = 0; q < jobs.jobs; ++q) total += jobs.job[q].tiles();
-  const dim3 grid(unsigned(std::min<int64_t>(total, std::numeric_limits<int>::max())));
+  const dim3 grid(unsigned(std::min<int64_t>(jobs.total, std::numeric_limits<int>::max())));
   const dim3 block(kTile, kRowsPerPass);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   if (element_size == 2) {
@@ -110,14 +121,16 @@ at::Tensor to_memory_format(const at::Tensor& t, at::MemoryFormat format) {
   if (!kernel_takes(t, format)) return t.contiguous(format);
   const c10::cuda::CUDAGuard guard(t.device());
   at::Tensor out = at::empty(t.sizes(), t.options().memory_format(format));
-  launch({{job_of(t, out.mutable_data_ptr(), format)}, 1}, t.element_size());
+  const Transpose job = job_of(t, out.mutable_data_ptr(), format);
+  launch({job, job, job.tiles}, t.element_size());
   return out;
 }
 
 std::pair<at::Tensor, at::Tensor> to_channels_last_together(const at::Tensor& a, const at::Tensor& b) {
   constexpr auto kCl = at::MemoryFormat::ChannelsLast;
   if (a.is_contiguous(kCl) || b.is_contiguous(kCl) || !kernel_takes(a, kCl) || !kernel_takes(b, kCl) ||
-      a.scalar_type() != b.scalar_type() || a.device() != b.device()) {
+      a.scalar_type() != b.scalar_type() || a.device() != b.device() ||
+      tile_count(a) + tile_count(b) > kMaxTiles) {
     return {to_memory_format(a, kCl), to_memory_format(b, kCl)};
   }
   const c10::cuda::CUDAGuard guard(a.device());
@@ -134,7 +147,8 @@ std::pair<at::Tensor, at::Tensor> to_channels_last_together(const at::Tensor& a,
     return v;
   };
   at::Tensor ca = view(a, 0), cb = view(b, a_bytes);
-  launch({{job_of(a, ca.mutable_data_ptr(), kCl), job_of(b, cb.mutable_data_ptr(), kCl)}, 2}, es);
+  const Transpose first = job_of(a, ca.mutable_data_ptr(), kCl), second = job_of(b, cb.mutable_data_ptr(), kCl);
+  launch({first, second, first.tiles + second.tiles}, es);
   return {ca, cb};
 }
 

@@ -157,8 +157,9 @@ std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
                                                    const ConvEpilogue& epilogue);
 
 // Whether a pointwise channels_last forward is small enough to be bound by
-// the host (engines_cuda.cpp), so that the engine, one launch with the bias in
-// its epilogue, goes before the pointwise GEMM and its separate bias add.
+// the host (engines_cuda.cpp: at most 2^26 multiply-adds), so that the
+// engine, one launch with the bias in its epilogue, goes before the pointwise
+// GEMM and its separate bias add.
 bool cuda_small_pointwise(const at::Tensor& input, const Conv2dShape<int64_t>& s);
 
 inline Conv2dKernels cuda_conv2d_kernels() {

@@ -16,13 +16,14 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
   return std::nullopt;
 }
 
-// Pointwise forwards of at most 2^28 multiply-adds (0.5 GFLOP): on an H100
-// cuBLAS takes a few microseconds for them, and the engine a few more, less
-// than the host's ~10 us saved per call by one launch instead of a GEMM and a
-// bias add (a tiny channels_last 1x1 layer's host cost was 35-42 us against
-// F.conv2d's 21-34). ResNet-50's pointwise layers at N=32 (1.6-3.3 G
-// multiply-adds) keep cuBLAS, 1.3-1.8x faster there than the engine.
-constexpr int64_t kSmallPointwiseMacs = int64_t(1) << 28;
+// Pointwise forwards of at most 2^26 multiply-adds (ResNet-50's 1x1 layers
+// at N=1 are 2^25.6): on an H100 cuBLAS and the engine both take a few
+// microseconds for them, less than the host's ~10 us saved per call by one
+// launch instead of a GEMM and a bias add (a tiny channels_last 1x1 layer's
+// host cost fell from 35-42 us to 17-25, F.conv2d's 18-25). Larger layers keep
+// cuBLAS, where the engine measured slower: ResNet-50's at N=32 (2^30.6 to
+// 2^31.6 multiply-adds) 1.3-1.8x.
+constexpr int64_t kSmallPointwiseMacs = int64_t(1) << 26;
 
 bool cuda_small_pointwise(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   (void)input;
