@@ -56,6 +56,7 @@ std::optional<at::Tensor> cpu_conv2d_grad_weight_engine(const at::Tensor& grad_o
                                                         const at::Tensor& weight,
                                                         const Conv2dShape<int64_t>& s) {
   if (s.groups > 1) return grouped_direct_conv2d_grad_weight_cpu(grad_output, input, weight, s);
+  if (auto gw = direct_conv2d_grad_weight_cpu(grad_output, input, weight, s)) return gw;
   return channels_last_gemm_conv2d_grad_weight(grad_output, input, weight, s);
 }
 

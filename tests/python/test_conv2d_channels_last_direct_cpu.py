@@ -112,3 +112,44 @@ def test_channels_last_direct_cpu_empty_batch(rng, gen, seed):
     cfg = direct_config(rng, batch=0)
     out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
     assert out.shape == cfg.output_shape
+
+
+def weight_gradient_config(rng: random.Random) -> ConvConfig:
+    """Ungrouped layers with a multiple of 16 output channels (16, 32, 48, 64:
+    one and two 16-lane vectors an item), input channels that fill no whole
+    block of 8 or 16 (the 4- and 1-channel remainders), and planes large enough
+    for several chunks of output rows (over 512 positions) or one."""
+    kernel = rng.choice([(3, 3), (1, 1), (5, 3), (2, 2)])
+    stride = (rng.choice([1, 2]), rng.choice([1, 2]))
+    dilation = (rng.choice([1, 1, 2]), 1)
+    padding = tuple(rng.randint(0, (k - 1) * d) for k, d in zip(kernel, dilation))
+    size = (rng.randint(8, 40), rng.randint(8, 40))
+    window = dict(kernel=kernel, stride=stride, dilation=dilation, padding=padding, size=size,
+                  in_channels=rng.choice([16, 17, 20, 32, 36, 64]), out_channels=rng.choice([16, 32, 48, 64]))
+    return random_direct_cpu_config(rng, window)
+
+
+@pytest.mark.parametrize("idx", range(16))
+def test_cpu_weight_gradient_of_ungrouped_layers_matches_torch(idx, rng, gen, seed):
+    # On AVX-512 machines the direct 16-lane weight gradient (grouped_direct_cpu.h).
+    cfg = weight_gradient_config(rng)
+    check_cpu_float32_case(cfg, gen, f"seed={seed} {cfg}")
+
+
+def test_cpu_weight_gradient_does_not_depend_on_the_thread_count(gen):
+    x = make_tensor((3, 36, 29, 23), torch.float32, "cpu", "channels_last", gen)
+    w = make_tensor((48, 36, 3, 3), torch.float32, "cpu", "channels_last", gen)
+    go = make_tensor((3, 48, 29, 23), torch.float32, "cpu", "channels_last", gen)
+    args = ([1, 1], [1, 1], [1, 1], 1)
+    saved = torch.get_num_threads()
+    try:
+        grads = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            grads.append(ops.conv2d_grad_weight(go, x, w, *args))
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(grads[0], grads[1])
+    want = torch.ops.aten.convolution_backward(go.double(), x.double(), w.double(), None, [1, 1], [1, 1],
+                                               [1, 1], False, [0, 0], 1, [False, True, False])[1]
+    torch.testing.assert_close(grads[0].double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())

@@ -4,7 +4,7 @@ F.conv2d: each build is forced with CUSTOMCONV_CPU_ISA in a subprocess (the
 choice is made once per process) and runs conv2d's direct float32 forward
 kernels (few input channels, 16 or more; output channels that fill no whole
 vector; NCHW and channels_last), the grouped forward and weight gradient of
-16 and 32 channels a group, and depthwise_conv2d's float32 forward."""
+16 and 32 channels a group, an ungrouped weight gradient, and depthwise_conv2d's float32 forward."""
 
 import os
 import subprocess
@@ -33,9 +33,9 @@ SCRIPT = textwrap.dedent(
             torch.testing.assert_close(got.double(), want, rtol=1e-5,
                                        atol=1e-5 * want.abs().max().item(),
                                        msg=lambda m: f"conv2d {(n, c, h, w, k, ks, s, p, d)} {fmt}: {m}")
-    # Grouped layers of 16 and 32 channels a group (16-lane kernels on x86-64-v4):
-    # the forward and the weight gradient.
-    for c, groups, s in [(128, 8, 1), (256, 8, 2)]:
+    # Grouped layers of 16 and 32 channels a group (16-lane kernels on x86-64-v4),
+    # the forward and the weight gradient; and an ungrouped layer's weight gradient.
+    for c, groups, s in [(128, 8, 1), (256, 8, 2), (48, 1, 1)]:
         x = torch.randn(2, c, 9, 11).contiguous(memory_format=torch.channels_last)
         wt = torch.randn(c, c // groups, 3, 3)
         got = ops.conv2d(x, wt, None, [s, s], [1, 1], [1, 1], groups)
