@@ -326,10 +326,16 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
     return in_format(depthwise_conv2d_grad_weight_impl(kernels.depthwise, grad_output, input_arg,
                                                        weight_arg, stride, padding, dilation));
   }
+  const Conv2dEngines& engines = kernels.engines;
+  const bool engine_first = engines.grad_weight != nullptr && engines.grad_weight_before_pointwise != nullptr &&
+                            engines.grad_weight_before_pointwise(input_arg, s);
+  if (engine_first) {
+    if (auto gw = engines.grad_weight(grad_output, input_arg, weight_arg, s)) return *gw;
+  }
   if (pointwise_gemm_applies(format, s)) {
     if (auto gw = pointwise_conv2d_grad_weight(kernels.gemm, grad_output, input_arg, s)) return *gw;
   }
-  if (kernels.engines.grad_weight != nullptr) {
+  if (kernels.engines.grad_weight != nullptr && !engine_first) {
     if (auto gw = kernels.engines.grad_weight(grad_output, input_arg, weight_arg, s)) return *gw;
   }
   const Plan p = make_plan(s, input_arg, Pass::kGradWeight);

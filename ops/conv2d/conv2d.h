@@ -74,6 +74,8 @@ struct Conv2dEngines {
   // after. The CPU's direct kernels beat its GEMM; on CUDA the engine takes
   // the small layers, whose calls cost more host time than GPU time.
   bool (*forward_before_pointwise)(const at::Tensor& input, const Conv2dShape<int64_t>& s) = nullptr;
+  // The same for `grad_weight`.
+  bool (*grad_weight_before_pointwise)(const at::Tensor& input, const Conv2dShape<int64_t>& s) = nullptr;
 };
 
 inline bool always(const at::Tensor&, const Conv2dShape<int64_t>&) { return true; }
@@ -108,10 +110,18 @@ std::optional<at::Tensor> cpu_conv2d_grad_weight_engine(const at::Tensor& grad_o
                                                         const at::Tensor& weight,
                                                         const Conv2dShape<int64_t>& s);
 
+// Whether the CPU's pointwise weight gradient goes to the direct kernel
+// (grouped_direct_cpu.h, where it takes the layer) before the GEMM: 2048 or
+// more output positions, where it measured faster (N=4, 64 -> 256 at 56x56: 1.96 ms
+// against 2.44-2.82); with fewer positions than channel pairs the GEMM is
+// (2048 -> 512 at 7x7: 2.19 against 3.6).
+bool cpu_pointwise_grad_weight_direct(const at::Tensor& input, const Conv2dShape<int64_t>& s);
+
 inline Conv2dKernels cpu_conv2d_kernels() {
   return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels(),
           {&cpu_conv2d_engine, &cpu_conv2d_grad_input_engine, &cpu_conv2d_grad_weight_engine,
-           &cpu_conv2d_fused_engine, /*forward_before_pointwise=*/&always}};
+           &cpu_conv2d_fused_engine, /*forward_before_pointwise=*/&always,
+           /*grad_weight_before_pointwise=*/&cpu_pointwise_grad_weight_direct}};
 }
 // Whether conv2d_grad_input_impl can run the input gradient as the forward
 // convolution of grad_output with the rotated weight (stride 1, the rotated

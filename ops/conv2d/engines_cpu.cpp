@@ -51,6 +51,10 @@ std::optional<at::Tensor> cpu_conv2d_grad_input_engine(const at::Tensor& grad_ou
   return grouped_direct_conv2d_grad_input_cpu(grad_output, input, weight, s);
 }
 
+bool cpu_pointwise_grad_weight_direct(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  return s.win.pointwise() && s.in.n * s.oh * s.ow >= 2048 && direct_conv2d_grad_weight_takes(input, s);
+}
+
 std::optional<at::Tensor> cpu_conv2d_grad_weight_engine(const at::Tensor& grad_output,
                                                         const at::Tensor& input,
                                                         const at::Tensor& weight,

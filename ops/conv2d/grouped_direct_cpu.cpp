@@ -881,17 +881,24 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight_cpu(const at::Tensor
   return gw.permute({0, 3, 1, 2}).contiguous(conv2d_output_format(input, weight));
 }
 
+bool direct_conv2d_grad_weight_takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+#if CUSTOMCONV_CPU_ISA_BUILDS
+  return input.device().type() == at::kCPU && input.scalar_type() == at::kFloat && s.in.batched &&
+         s.groups == 1 && s.k % 16 == 0 && cpu_isa() == CpuIsa::kX86_64_V4 && s.in.n * s.oh * s.ow > 0 &&
+         s.in.h * s.in.w > 0;
+#else
+  (void)input, (void)s;
+  return false;
+#endif
+}
+
 std::optional<at::Tensor> direct_conv2d_grad_weight_cpu(const at::Tensor& grad_output,
                                                          const at::Tensor& input,
                                                          const at::Tensor& weight,
                                                          const Conv2dShape<int64_t>& s) {
 #if CUSTOMCONV_CPU_ISA_BUILDS
   // One group of all the channels.
-  if (input.device().type() != at::kCPU || input.scalar_type() != at::kFloat || !s.in.batched ||
-      s.groups != 1 || s.k % 16 != 0 || grad_output.dim() != 4 || cpu_isa() != CpuIsa::kX86_64_V4 ||
-      s.in.n * s.oh * s.ow == 0 || s.in.h * s.in.w == 0) {
-    return std::nullopt;
-  }
+  if (!direct_conv2d_grad_weight_takes(input, s) || grad_output.dim() != 4) return std::nullopt;
   const Geometry g{s.in.n, s.in.h, s.in.w, s.in.c, s.k, s.oh, s.ow, s.in.c, s.k, s.win};
   const at::Tensor x = input.contiguous(at::MemoryFormat::ChannelsLast);
   const at::Tensor go = grad_output.contiguous(at::MemoryFormat::ChannelsLast);

@@ -62,6 +62,7 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight_cpu(const at::Tensor
 // positions) so that it stays in the core's cache while the items sweep it
 // (ResNet-50's 3x3 layers at N=4: 4.1-4.2 ms where the GEMM over gathered
 // columns took 5.4-7.2, oneDNN 4.1-4.5). nullopt elsewhere.
+bool direct_conv2d_grad_weight_takes(const at::Tensor& input, const Conv2dShape<int64_t>& s);
 std::optional<at::Tensor> direct_conv2d_grad_weight_cpu(const at::Tensor& grad_output,
                                                         const at::Tensor& input,
                                                         const at::Tensor& weight,

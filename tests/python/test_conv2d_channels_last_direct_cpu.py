@@ -153,3 +153,13 @@ def test_cpu_weight_gradient_does_not_depend_on_the_thread_count(gen):
     want = torch.ops.aten.convolution_backward(go.double(), x.double(), w.double(), None, [1, 1], [1, 1],
                                                [1, 1], False, [0, 0], 1, [False, True, False])[1]
     torch.testing.assert_close(grads[0].double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("out_channels", [32, 24], ids=["direct", "gemm"])
+def test_cpu_pointwise_weight_gradient_on_large_planes_matches_torch(out_channels, gen, seed):
+    # 2048 or more positions: the direct kernel where it takes the layer (a
+    # multiple of 16 output channels, AVX-512), else the GEMM.
+    cfg = ConvConfig(batch=3, in_channels=40, out_channels=out_channels, groups=1, kernel=(1, 1),
+                     stride=(1, 1), padding=(0, 0), dilation=(1, 1), size=(30, 31), bias=True,
+                     input_layout="channels_last", weight_layout="channels_last", grad_layout="channels_last")
+    check_cpu_float32_case(cfg, gen, f"seed={seed} {cfg}")
