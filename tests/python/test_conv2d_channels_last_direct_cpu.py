@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from testlib import (ConvConfig, check_conv_case, check_cpu_float32_case, conv2d_call, make_tensor, ops,
-                     random_direct_cpu_config)
+                     per_thread_count, random_direct_cpu_config)
 
 
 def direct_config(rng: random.Random, **fixed) -> ConvConfig:
@@ -141,14 +141,7 @@ def test_cpu_weight_gradient_does_not_depend_on_the_thread_count(gen):
     w = make_tensor((48, 36, 3, 3), torch.float32, "cpu", "channels_last", gen)
     go = make_tensor((3, 48, 29, 23), torch.float32, "cpu", "channels_last", gen)
     args = ([1, 1], [1, 1], [1, 1], 1)
-    saved = torch.get_num_threads()
-    try:
-        grads = []
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            grads.append(ops.conv2d_grad_weight(go, x, w, *args))
-    finally:
-        torch.set_num_threads(saved)
+    grads = per_thread_count(lambda: ops.conv2d_grad_weight(go, x, w, *args))
     assert torch.equal(grads[0], grads[1])
     want = torch.ops.aten.convolution_backward(go.double(), x.double(), w.double(), None, [1, 1], [1, 1],
                                                [1, 1], False, [0, 0], 1, [False, True, False])[1]

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import ConvConfig, check_conv_case, conv2d_call, make_tensor, ops
+from testlib import ConvConfig, check_conv_case, conv2d_call, make_tensor, ops, per_thread_count
 
 
 def grouped_config(rng: random.Random, **fixed) -> ConvConfig:
@@ -96,15 +96,8 @@ def test_grouped_cpu_forward_and_weight_gradient_do_not_depend_on_the_thread_cou
     w = make_tensor((c, c // groups, 3, 3), torch.float32, "cpu", "channels_last", gen)
     go = make_tensor((3, c, 13, 11), torch.float32, "cpu", "channels_last", gen)
     args = ([1, 1], [1, 1], [1, 1], groups)
-    saved = torch.get_num_threads()
-    try:
-        outs, grads = [], []
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            outs.append(ops.conv2d(x, w, None, *args))
-            grads.append(ops.conv2d_grad_weight(go, x, w, *args))
-    finally:
-        torch.set_num_threads(saved)
+    outs = per_thread_count(lambda: ops.conv2d(x, w, None, *args))
+    grads = per_thread_count(lambda: ops.conv2d_grad_weight(go, x, w, *args))
     assert torch.equal(outs[0], outs[1]) and torch.equal(grads[0], grads[1])
     want = F.conv2d(x.double(), w.double(), None, 1, 1, 1, groups)
     torch.testing.assert_close(outs[0].double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
@@ -128,14 +121,7 @@ def test_grouped_cpu_weight_gradient_does_not_depend_on_the_thread_count(gen):
     w = make_tensor((256, 8, 3, 3), torch.float32, "cpu", "channels_last", gen)
     go = make_tensor((3, 256, 7, 7), torch.float32, "cpu", "channels_last", gen)
     args = ([2, 2], [1, 1], [1, 1], 32)
-    saved = torch.get_num_threads()
-    try:
-        grads = []
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            grads.append(ops.conv2d_grad_weight(go, x, w, *args))
-    finally:
-        torch.set_num_threads(saved)
+    grads = per_thread_count(lambda: ops.conv2d_grad_weight(go, x, w, *args))
     assert torch.equal(grads[0], grads[1])
     assert grads[0].is_contiguous(memory_format=torch.channels_last)
     x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()

@@ -66,6 +66,20 @@ LAYOUTS = ("contiguous", "channels_last", "transposed", "sliced", "expanded")
 DIRECT_LAYOUTS = LAYOUTS + ("offset",)
 
 
+def per_thread_count(fn, counts=(1, 2)):
+    """[fn() with ATen's intra-op thread count set to each of `counts`], the
+    process's count restored afterwards."""
+    saved = torch.get_num_threads()
+    try:
+        results = []
+        for threads in counts:
+            torch.set_num_threads(threads)
+            results.append(fn())
+        return results
+    finally:
+        torch.set_num_threads(saved)
+
+
 def make_tensor(
     shape: Sequence[int],
     dtype: torch.dtype,
