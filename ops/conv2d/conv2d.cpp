@@ -167,8 +167,8 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
                                            padding, dilation));
   }
   const Conv2dEngines& engines = kernels.engines;
-  const bool engine_first = engines.forward != nullptr && engines.forward_before_pointwise != nullptr &&
-                            engines.forward_before_pointwise(input_arg, s);
+  const bool engine_first =
+      engine_before_pointwise(engines.forward, engines.forward_before_pointwise, input_arg, s);
   if (engine_first) {
     if (auto out = engines.forward(input_arg, weight_arg, bias, s)) return *out;
   }
@@ -262,11 +262,17 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
     return in_format(depthwise_conv2d_grad_input_impl(kernels.depthwise, grad_output, input_arg,
                                                       weight_arg, stride, padding, dilation));
   }
+  const Conv2dEngines& engines = kernels.engines;
+  const bool engine_first =
+      engine_before_pointwise(engines.grad_input, engines.grad_input_before_pointwise, input_arg, s);
+  if (engine_first) {
+    if (auto gi = engines.grad_input(grad_output, input_arg, weight_arg, s)) return *gi;
+  }
   if (pointwise_gemm_applies(format, s)) {
     if (auto gi = pointwise_conv2d_grad_input(kernels.gemm, grad_output, weight_arg, s)) return *gi;
   }
-  if (kernels.engines.grad_input != nullptr) {
-    if (auto gi = kernels.engines.grad_input(grad_output, input_arg, weight_arg, s)) return *gi;
+  if (engines.grad_input != nullptr && !engine_first) {
+    if (auto gi = engines.grad_input(grad_output, input_arg, weight_arg, s)) return *gi;
   }
   const Plan p = make_plan(s, input_arg, Pass::kGradInput);
   at::Tensor gi = at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, input_arg.options());
@@ -327,16 +333,16 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
                                                        weight_arg, stride, padding, dilation));
   }
   const Conv2dEngines& engines = kernels.engines;
-  const bool engine_first = engines.grad_weight != nullptr && engines.grad_weight_before_pointwise != nullptr &&
-                            engines.grad_weight_before_pointwise(input_arg, s);
+  const bool engine_first =
+      engine_before_pointwise(engines.grad_weight, engines.grad_weight_before_pointwise, input_arg, s);
   if (engine_first) {
     if (auto gw = engines.grad_weight(grad_output, input_arg, weight_arg, s)) return *gw;
   }
   if (pointwise_gemm_applies(format, s)) {
     if (auto gw = pointwise_conv2d_grad_weight(kernels.gemm, grad_output, input_arg, s)) return *gw;
   }
-  if (kernels.engines.grad_weight != nullptr && !engine_first) {
-    if (auto gw = kernels.engines.grad_weight(grad_output, input_arg, weight_arg, s)) return *gw;
+  if (engines.grad_weight != nullptr && !engine_first) {
+    if (auto gw = engines.grad_weight(grad_output, input_arg, weight_arg, s)) return *gw;
   }
   const Plan p = make_plan(s, input_arg, Pass::kGradWeight);
   const auto dtype = input_arg.scalar_type();

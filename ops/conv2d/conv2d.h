@@ -74,9 +74,19 @@ struct Conv2dEngines {
   // after. The CPU's direct kernels beat its GEMM; on CUDA the engine takes
   // the small layers, whose calls cost more host time than GPU time.
   bool (*forward_before_pointwise)(const at::Tensor& input, const Conv2dShape<int64_t>& s) = nullptr;
-  // The same for `grad_weight`.
+  // The same for `grad_input` and `grad_weight`.
+  bool (*grad_input_before_pointwise)(const at::Tensor& input, const Conv2dShape<int64_t>& s) = nullptr;
   bool (*grad_weight_before_pointwise)(const at::Tensor& input, const Conv2dShape<int64_t>& s) = nullptr;
 };
+
+// Whether a pass's engine (null: none) goes before the pointwise GEMM: its
+// predicate (null: never) says so for this input and shape.
+template <class Engine>
+bool engine_before_pointwise(Engine engine,
+                             bool (*before)(const at::Tensor&, const Conv2dShape<int64_t>&),
+                             const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  return engine != nullptr && before != nullptr && before(input, s);
+}
 
 inline bool always(const at::Tensor&, const Conv2dShape<int64_t>&) { return true; }
 
@@ -116,11 +126,18 @@ std::optional<at::Tensor> cpu_conv2d_grad_weight_engine(const at::Tensor& grad_o
 // against 2.44-2.82); with fewer positions than channel pairs the GEMM is
 // (2048 -> 512 at 7x7: 2.19 against 3.6).
 bool cpu_pointwise_grad_weight_direct(const at::Tensor& input, const Conv2dShape<int64_t>& s);
+// Whether the CPU's pointwise input gradient is the direct forward kernel's
+// (channels_last_direct_cpu.h) forward of grad_output with the transposed
+// weight, before the GEMM: float32 layers of a multiple of 64 channels each
+// way, which the kernel takes (N=4: 64 -> 256 at 56x56 2.20 ms against the
+// GEMM's 2.78, 512 -> 128 at 28x28 2.10 against 2.39; oneDNN 2.21 and 1.95).
+bool cpu_pointwise_grad_input_direct(const at::Tensor& input, const Conv2dShape<int64_t>& s);
 
 inline Conv2dKernels cpu_conv2d_kernels() {
   return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels(),
           {&cpu_conv2d_engine, &cpu_conv2d_grad_input_engine, &cpu_conv2d_grad_weight_engine,
            &cpu_conv2d_fused_engine, /*forward_before_pointwise=*/&always,
+           /*grad_input_before_pointwise=*/&cpu_pointwise_grad_input_direct,
            /*grad_weight_before_pointwise=*/&cpu_pointwise_grad_weight_direct}};
 }
 // Whether conv2d_grad_input_impl can run the input gradient as the forward

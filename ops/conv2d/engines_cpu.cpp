@@ -41,12 +41,27 @@ std::optional<at::Tensor> cpu_conv2d_fused_engine(const at::Tensor& input, const
   return channels_last_direct_conv2d_cpu(input, weight, bias, s, &epilogue);
 }
 
+bool cpu_pointwise_grad_input_direct(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  return s.win.pointwise() && s.groups == 1 && s.in.batched && input.scalar_type() == at::kFloat &&
+         s.in.c > 0 && s.k > 0 && !pointwise_for_gemm(s);
+}
+
 std::optional<at::Tensor> cpu_conv2d_grad_input_engine(const at::Tensor& grad_output,
                                                        const at::Tensor& input,
                                                        const at::Tensor& weight,
                                                        const Conv2dShape<int64_t>& s) {
   // Stride-1 windows run as the forward of grad_output with the rotated weight.
   if (grad_input_as_forward(s.win)) return std::nullopt;
+  if (cpu_pointwise_grad_input_direct(input, s)) {
+    // The same for pointwise layers (cpu_pointwise_grad_input_direct): the
+    // forward of grad_output with the transposed weight, in the gradient's format.
+    Conv2dShape<int64_t> t = s;
+    t.in.c = s.k, t.k = s.in.c;
+    const at::Tensor go = grad_output.contiguous(at::MemoryFormat::ChannelsLast);
+    if (auto gi = channels_last_direct_conv2d_cpu(go, weight.transpose(0, 1), std::nullopt, t)) {
+      return gi->contiguous(conv2d_output_format(input, weight));
+    }
+  }
   if (s.groups <= 1) return channels_last_gemm_conv2d_grad_input(grad_output, input, weight, s);
   return grouped_direct_conv2d_grad_input_cpu(grad_output, input, weight, s);
 }

@@ -48,6 +48,24 @@ CUSTOMCONV_CPU_CLONES void pack_items(const float* src, float* dst, Packing p, i
 at::Tensor weight_blocks_cpu(const at::Tensor& weight, int64_t block) {
   const int64_t k = weight.size(0), c = weight.size(1), taps = weight.size(2) * weight.size(3);
   const int64_t kp = (k + block - 1) / block * block;
+  if (taps == 1 && k > 1 && weight.stride(0) == 1 && weight.stride(1) >= k) {
+    // A transposed matrix (the weight of a pointwise layer's input gradient,
+    // (C, K, 1, 1) as a view of (K, C, 1, 1)): a block's row for channel j is
+    // a run of neighbouring elements of the source, copied as it is.
+    at::Tensor out = at::zeros({kp / block, 1, 1, c, block}, weight.options().memory_format(at::MemoryFormat::Contiguous));
+    const float* sp = weight.const_data_ptr<float>();
+    float* dp = out.mutable_data_ptr<float>();
+    const int64_t ld = weight.stride(1);
+    parallel_range(kp / block, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t kb = b0; kb < b1; ++kb) {
+        const int64_t n = std::min(block, k - kb * block);
+        for (int64_t j = 0; j < c; ++j) {
+          std::copy(sp + j * ld + kb * block, sp + j * ld + kb * block + n, dp + (kb * c + j) * block);
+        }
+      }
+    });
+    return out;
+  }
   const bool taps_outer = !weight.is_contiguous() &&
                           weight.is_contiguous(at::MemoryFormat::ChannelsLast);
   const at::Tensor src = taps_outer ? weight : weight.contiguous();

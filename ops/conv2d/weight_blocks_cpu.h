@@ -11,7 +11,9 @@ namespace customconv {
 // The weight (K, C, kh, kw), float32, in any layout, as (ceil(K / B), kh, kw,
 // C, B): blocks of B output channels (a multiple of 8), contiguous per tap and
 // input channel, the channels past K zero. A transpose of the weight's (K,
-// C*kh*kw) matrix in 8 x 8 register tiles, spread over ATen's threads.
+// C*kh*kw) matrix in 8 x 8 register tiles, spread over ATen's threads (a
+// transposed view of a 1x1 weight, as a pointwise input gradient reads it,
+// is copied in runs instead).
 at::Tensor weight_blocks_cpu(const at::Tensor& weight, int64_t block);
 
 }  // namespace customconv

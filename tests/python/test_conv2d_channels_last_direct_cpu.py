@@ -156,3 +156,14 @@ def test_cpu_pointwise_weight_gradient_on_large_planes_matches_torch(out_channel
                      stride=(1, 1), padding=(0, 0), dilation=(1, 1), size=(30, 31), bias=True,
                      input_layout="channels_last", weight_layout="channels_last", grad_layout="channels_last")
     check_cpu_float32_case(cfg, gen, f"seed={seed} {cfg}")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("weight_layout", ["contiguous", "channels_last", "transposed"])
+def test_cpu_pointwise_input_gradient_through_the_direct_kernel_matches_torch(layout, weight_layout, gen, seed):
+    # 64-channel multiples both ways: the input gradient is the direct forward
+    # kernel's forward of grad_output with the transposed weight.
+    cfg = ConvConfig(batch=2, in_channels=64, out_channels=128, groups=1, kernel=(1, 1), stride=(1, 1),
+                     padding=(0, 0), dilation=(1, 1), size=(9, 13), bias=False, input_layout=layout,
+                     weight_layout=weight_layout, grad_layout=layout)
+    check_cpu_float32_case(cfg, gen, f"seed={seed} {cfg}")
