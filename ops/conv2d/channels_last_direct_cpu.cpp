@@ -165,11 +165,6 @@ __attribute__((always_inline)) inline void position_range(const Geometry& g, con
   }
 }
 
-// Work items [i0, i1). Without g.tile: item = kb * chunks + pc, the block
-// of output channels kb (weight (kp / B, kh, kw, C, B)) over the pc-th run of
-// `chunk` positions. With it: item = pc, whose positions run a tile at a
-// time through every block of output channels, so that each position's whole
-// output row (and residual row) is written (and read) while it is in the cache.
 // The block of output channels kb (weight (kp / B, kh, kw, C, B)) over
 // positions [m0, m1). (A function, not a lambda: a lambda would not inherit
 // the instruction set of the forward_items build that calls it.)
