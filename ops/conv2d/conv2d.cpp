@@ -149,6 +149,26 @@ bool pointwise_gemm_applies(at::MemoryFormat format, const Conv2dShape<int64_t>&
   return format == at::MemoryFormat::ChannelsLast || (s.in.h * s.in.w == 1 && s.oh * s.ow == 1);
 }
 
+// A pass by the device's engine (null: none; `run_engine` calls it) and the
+// pointwise GEMM (where `pointwise` says it applies; `run_pointwise`): the
+// engine first where its predicate `before` (null: never) says so, else the
+// pointwise GEMM first; nullopt where neither takes the pass.
+template <class Engine, class RunEngine, class RunPointwise>
+std::optional<at::Tensor> engine_or_pointwise(Engine engine, BeforePointwise before,
+                                              const at::Tensor& input, const Conv2dShape<int64_t>& s,
+                                              bool pointwise, const RunEngine& run_engine,
+                                              const RunPointwise& run_pointwise) {
+  const bool engine_first = engine != nullptr && before != nullptr && before(input, s);
+  if (engine_first) {
+    if (auto out = run_engine()) return out;
+  }
+  if (pointwise) {
+    if (auto out = run_pointwise()) return out;
+  }
+  if (engine != nullptr && !engine_first) return run_engine();
+  return std::nullopt;
+}
+
 }  // namespace
 
 at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg,
@@ -167,16 +187,11 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
                                            padding, dilation));
   }
   const Conv2dEngines& engines = kernels.engines;
-  const bool engine_first =
-      engine_before_pointwise(engines.forward, engines.forward_before_pointwise, input_arg, s);
-  if (engine_first) {
-    if (auto out = engines.forward(input_arg, weight_arg, bias, s)) return *out;
-  }
-  if (pointwise_gemm_applies(format, s)) {
-    if (auto out = pointwise_conv2d(kernels.gemm, input_arg, weight_arg, bias, s)) return *out;
-  }
-  if (engines.forward != nullptr && !engine_first) {
-    if (auto out = engines.forward(input_arg, weight_arg, bias, s)) return *out;
+  if (auto out = engine_or_pointwise(
+          engines.forward, engines.forward_before_pointwise, input_arg, s, pointwise_gemm_applies(format, s),
+          [&] { return engines.forward(input_arg, weight_arg, bias, s); },
+          [&] { return pointwise_conv2d(kernels.gemm, input_arg, weight_arg, bias, s); })) {
+    return *out;
   }
   const Plan p = make_plan(s, input_arg, Pass::kForward);
   at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow}, input_arg.options());
@@ -263,16 +278,12 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
                                                       weight_arg, stride, padding, dilation));
   }
   const Conv2dEngines& engines = kernels.engines;
-  const bool engine_first =
-      engine_before_pointwise(engines.grad_input, engines.grad_input_before_pointwise, input_arg, s);
-  if (engine_first) {
-    if (auto gi = engines.grad_input(grad_output, input_arg, weight_arg, s)) return *gi;
-  }
-  if (pointwise_gemm_applies(format, s)) {
-    if (auto gi = pointwise_conv2d_grad_input(kernels.gemm, grad_output, weight_arg, s)) return *gi;
-  }
-  if (engines.grad_input != nullptr && !engine_first) {
-    if (auto gi = engines.grad_input(grad_output, input_arg, weight_arg, s)) return *gi;
+  if (auto gi = engine_or_pointwise(
+          engines.grad_input, engines.grad_input_before_pointwise, input_arg, s,
+          pointwise_gemm_applies(format, s),
+          [&] { return engines.grad_input(grad_output, input_arg, weight_arg, s); },
+          [&] { return pointwise_conv2d_grad_input(kernels.gemm, grad_output, weight_arg, s); })) {
+    return *gi;
   }
   const Plan p = make_plan(s, input_arg, Pass::kGradInput);
   at::Tensor gi = at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, input_arg.options());
@@ -333,16 +344,12 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
                                                        weight_arg, stride, padding, dilation));
   }
   const Conv2dEngines& engines = kernels.engines;
-  const bool engine_first =
-      engine_before_pointwise(engines.grad_weight, engines.grad_weight_before_pointwise, input_arg, s);
-  if (engine_first) {
-    if (auto gw = engines.grad_weight(grad_output, input_arg, weight_arg, s)) return *gw;
-  }
-  if (pointwise_gemm_applies(format, s)) {
-    if (auto gw = pointwise_conv2d_grad_weight(kernels.gemm, grad_output, input_arg, s)) return *gw;
-  }
-  if (engines.grad_weight != nullptr && !engine_first) {
-    if (auto gw = engines.grad_weight(grad_output, input_arg, weight_arg, s)) return *gw;
+  if (auto gw = engine_or_pointwise(
+          engines.grad_weight, engines.grad_weight_before_pointwise, input_arg, s,
+          pointwise_gemm_applies(format, s),
+          [&] { return engines.grad_weight(grad_output, input_arg, weight_arg, s); },
+          [&] { return pointwise_conv2d_grad_weight(kernels.gemm, grad_output, input_arg, s); })) {
+    return *gw;
   }
   const Plan p = make_plan(s, input_arg, Pass::kGradWeight);
   const auto dtype = input_arg.scalar_type();

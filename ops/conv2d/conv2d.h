@@ -64,6 +64,9 @@ using Conv2dFusedEngine = std::optional<at::Tensor> (*)(const at::Tensor& input,
                                                         const Conv2dShape<int64_t>& s,
                                                         const ConvEpilogue& epilogue);
 
+// Whether a pass's engine goes before the pointwise GEMM for this input and shape.
+using BeforePointwise = bool (*)(const at::Tensor& input, const Conv2dShape<int64_t>& s);
+
 struct Conv2dEngines {
   Conv2dForwardEngine forward = nullptr;
   Conv2dBackwardEngine grad_input = nullptr;
@@ -73,20 +76,11 @@ struct Conv2dEngines {
   // (pointwise_gemm.h) on channels_last data, rather than after it; null:
   // after. The CPU's direct kernels beat its GEMM; on CUDA the engine takes
   // the small layers, whose calls cost more host time than GPU time.
-  bool (*forward_before_pointwise)(const at::Tensor& input, const Conv2dShape<int64_t>& s) = nullptr;
+  BeforePointwise forward_before_pointwise = nullptr;
   // The same for `grad_input` and `grad_weight`.
-  bool (*grad_input_before_pointwise)(const at::Tensor& input, const Conv2dShape<int64_t>& s) = nullptr;
-  bool (*grad_weight_before_pointwise)(const at::Tensor& input, const Conv2dShape<int64_t>& s) = nullptr;
+  BeforePointwise grad_input_before_pointwise = nullptr;
+  BeforePointwise grad_weight_before_pointwise = nullptr;
 };
-
-// Whether a pass's engine (null: none) goes before the pointwise GEMM: its
-// predicate (null: never) says so for this input and shape.
-template <class Engine>
-bool engine_before_pointwise(Engine engine,
-                             bool (*before)(const at::Tensor&, const Conv2dShape<int64_t>&),
-                             const at::Tensor& input, const Conv2dShape<int64_t>& s) {
-  return engine != nullptr && before != nullptr && before(input, s);
-}
 
 inline bool always(const at::Tensor&, const Conv2dShape<int64_t>&) { return true; }
 
