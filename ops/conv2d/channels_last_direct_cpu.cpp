@@ -31,6 +31,9 @@ struct Geometry {
   // before the next tile starts (small weights; work items are then runs of
   // positions); 0: each item is one block of output channels over one run.
   int64_t tile = 0;
+  // A pointwise layer (1x1, stride 1, unpadded, no order): position m reads
+  // input row m, without dividing m into (n, y, x).
+  bool flat = false;
 };
 
 // An output position: the top-left input pixel of its window, its image, and
@@ -142,6 +145,10 @@ __attribute__((always_inline)) inline void position_range(const Geometry& g, con
   const Window2d& k = g.win;
   const int64_t valid = std::min<int64_t>(NV * kLanes<V>, g.k - k0);
   const auto origin = [&](int64_t e) {
+    if (g.flat) {
+      return Origin{in + e * g.c, 0, 0, out + e * g.k + k0,
+                    g.residual != nullptr ? g.residual + e * g.k + k0 : nullptr};
+    }
     const int64_t m = g.order != nullptr ? g.order[e] : e;
     const int64_t x = m % g.q, r = m / g.q;
     return Origin{in + (r / g.p) * g.h * g.w * g.c, (r % g.p) * k.sh - k.ph, x * k.sw - k.pw,
@@ -344,6 +351,7 @@ std::optional<at::Tensor> channels_last_direct_conv2d_cpu(const at::Tensor& inpu
   const int64_t threads = at::get_num_threads();
   const int64_t weight_bytes = wt.numel() * 4;
   if (kblocks > 1 && weight_bytes <= kTiledWeightBytes) g.tile = kTilePositions;
+  g.flat = win.pointwise() && g.order == nullptr;
   // Runs of positions: about 4 items per thread, whole blocks of positions.
   const int64_t want_items = std::max<int64_t>(1, 4 * threads / (g.tile > 0 ? 1 : kblocks));
   int64_t chunk = (positions + want_items - 1) / want_items;

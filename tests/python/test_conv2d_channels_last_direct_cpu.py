@@ -108,6 +108,20 @@ def test_channels_last_direct_cpu_matches_torch_on_1x1_windows(idx, rng, gen, se
     assert out.is_contiguous(memory_format=torch.channels_last)
 
 
+@pytest.mark.parametrize("channels", [(64, 64), (64, 192), (128, 64)], ids=lambda c: f"{c[0]}to{c[1]}")
+@pytest.mark.parametrize("batch", [1, 3])
+def test_channels_last_direct_cpu_matches_torch_on_pointwise_layers(channels, batch, gen, seed):
+    # Whole 64-channel blocks on both sides: the direct kernel's pointwise
+    # route, which walks the input's rows without dividing positions into
+    # (n, y, x); odd planes leave partial blocks of positions.
+    c, k = channels
+    cfg = ConvConfig(batch=batch, in_channels=c, out_channels=k, groups=1, kernel=(1, 1), stride=(1, 1),
+                     padding=(0, 0), dilation=(1, 1), size=(13, 7), bias=True, input_layout="channels_last",
+                     weight_layout="contiguous", grad_layout="channels_last")
+    out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
+    assert out.is_contiguous(memory_format=torch.channels_last)
+
+
 def test_channels_last_direct_cpu_empty_batch(rng, gen, seed):
     cfg = direct_config(rng, batch=0)
     out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
