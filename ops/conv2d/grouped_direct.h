@@ -3,7 +3,8 @@
 // on CUDA cores, one launch per pass: the exact route (float32 without TF32,
 // float64) and what the implicit GEMMs decline (implicit_gemm.h: they take the
 // 16-bit and TF32 forward where groups merge into 32-channel tiles, and the
-// gradients of up to 32 groups as dense problems). A GEMM per group is too small there to
+// gradients of up to 32 groups as dense problems) and the tensor-core kernel
+// for groups of 8 channels (grouped_mma.h) declines. A GEMM per group is too small there to
 // fill the device or its tensor cores: each group multiplies a
 // (K/groups) x (C/groups * kh * kw) matrix, 4 x 36 on ResNeXt's first stage.
 //

@@ -197,3 +197,82 @@ def test_grouped_weight_gradient_route(dtype, groups, direct, gen):
     want = torch.autograd.grad(F.conv2d(x64, w64, None, [2, 2], [1, 0], 1, groups), w64, go.double())[0]
     tol = {torch.float16: 1e-2, torch.bfloat16: 4e-2}.get(dtype, 1e-5)
     torch.testing.assert_close(gw.double(), want, rtol=tol, atol=tol * float(want.abs().max()))
+
+
+def mma_kernel_ran(fn):
+    """fn's result and whether the tensor-core kernel for groups of 8
+    (grouped_mma.h) ran in it; None where the profiler saw no kernel at all
+    (under compute-sanitizer, which holds the profiling interface)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if not names:
+        return out, None
+    return out, any("grouped_mma_forward_kernel" in n for n in names)
+
+
+# The bound of a product's error: |got - want| <= tol * (|x| conv |w|) + 1e-6.
+MMA_TOL = {torch.float16: 2.0**-9, torch.bfloat16: 2.0**-7, torch.float32: 2.0**-9}
+
+
+@pytest.mark.parametrize("idx", range(12))
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id="bf16"),
+                                   pytest.param(torch.float32, id="tf32")])
+def test_groups_of_8_on_tensor_cores(dtype, idx, rng, gen, seed):
+    # C / groups == K / groups == 8, group counts no merge into 32-channel
+    # tiles divides, and windows of at most 10 taps run on the tensor-core
+    # kernel: random windows (1x1 to 3x3, 2x5, 1x3), strides,
+    # paddings, dilations, plane sizes whose positions fill no whole tile,
+    # both layouts, bias or none; float32 under TF32 only.
+    groups = rng.choice([2, 3, 6, 13])
+    kernel = rng.choice([(3, 3), (3, 3), (1, 1), (2, 2), (1, 3), (3, 1), (2, 5)])
+    stride = (rng.choice([1, 2, 3]), rng.choice([1, 2]))
+    dilation = (rng.choice([1, 1, 2]), rng.choice([1, 1, 2]))
+    padding = tuple(rng.randint(0, (k - 1) * d) for k, d in zip(kernel, dilation))
+    size = tuple((k - 1) * d + 1 + rng.randint(0, 11) for k, d in zip(kernel, dilation))
+    layout = rng.choice(["channels_last", "contiguous"])
+    x = make_tensor((rng.choice([1, 2, 3]), 8 * groups, *size), dtype, "cuda", layout, gen)
+    w_layout = rng.choice(["channels_last", "contiguous"])
+    w = make_tensor((8 * groups, 8, *kernel), dtype, "cuda", w_layout, gen)
+    b = make_tensor((8 * groups,), dtype, "cuda", gen=gen) if rng.random() < 0.7 else None
+    args = (list(stride), list(padding), list(dilation), groups)
+    saved = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = True
+        got, ran = mma_kernel_ran(lambda: ops.conv2d(x, w, b, *args))
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    assert ran is not False, f"seed={seed}"
+    want = F.conv2d(x.double(), w.double(), None if b is None else b.double(), stride, padding, dilation, groups)
+    bound = F.conv2d(x.double().abs(), w.double().abs(), None if b is None else b.double().abs(), stride, padding,
+                     dilation, groups)
+    assert got.shape == want.shape
+    fmt = torch.channels_last if "channels_last" in (layout, w_layout) else torch.contiguous_format
+    assert got.is_contiguous(memory_format=fmt), f"seed={seed}"
+    err = (got.double() - want).abs() - MMA_TOL[dtype] * bound
+    assert (err <= 1e-6).all(), f"seed={seed} worst {float(err.max())}"
+
+
+@pytest.mark.parametrize("case", ["f32-exact", "5x5", "16-per-group", "misaligned-1x1-weight", "merged"])
+def test_groups_of_8_cases_the_tensor_core_kernel_declines(case, gen):
+    # Outside its conditions the layer keeps the other routes, and is right;
+    # groups that merge into 32-channel tiles (4 groups of 8) keep the merged
+    # route, which measured faster.
+    dtype = torch.float32 if case == "f32-exact" else torch.float16
+    cg = 16 if case == "16-per-group" else 8
+    groups = 4 if case == "merged" else 3
+    ks = 5 if case == "5x5" else (1 if case.endswith("1x1-weight") else 3)
+    x = make_tensor((2, groups * cg, 11, 9), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((groups * cg, cg, ks, ks), dtype, "cuda", "offset" if case.startswith("misaligned") else "contiguous",
+                    gen)
+    saved = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = case != "f32-exact"
+        got, ran = mma_kernel_ran(lambda: ops.conv2d(x, w, None, [1, 1], [ks // 2, ks // 2], [1, 1], groups))
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    assert ran is not True
+    want = F.conv2d(x.double(), w.double(), None, 1, ks // 2, 1, groups)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * float(want.abs().max()))

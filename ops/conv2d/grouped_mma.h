@@ -1,0 +1,36 @@
+// Grouped convolutions of 8 input and 8 output channels per group on tensor
+// cores: RegNetY-400MF's 3x3 layers (6, 13, 26 and 55 groups of 8), whose
+// group counts no merge into 32-channel tiles divides, so that the merged
+// route (implicit_gemm.h) declines them and they ran on the CUDA-core kernels
+// (grouped_direct.h), exact but 2x slower than cuDNN. One group's 8 output
+// channels are exactly the n = 8 of an mma.sync tile: no arithmetic is spent
+// on zeros between groups. Where a merge does divide the groups (ResNeXt-50's
+// 32 groups of 8), the merged route goes first: on an H100 it measured 10-30%
+// faster there. Forward only; the stride-1 input gradient runs through it as
+// the forward of grad_output with the rotated weight.
+//
+// Takes: CUDA tensors on a device of compute capability 8.0 or newer,
+// batched, 1 < groups < C, C / groups == K / groups == 8, windows of at most
+// kGroupedMmaMaxTaps taps, float16 or bfloat16 (float32 accumulation), or
+// float32 where PyTorch's TF32 policy for convolutions allows TF32 (the
+// products in TF32, rounded to nearest), every tensor under 2^31 elements.
+// It reads and writes channels_last: a channels_last input in place, an
+// NCHW one changed to channels_last and its result back, as the direct
+// kernels do; the weight is read as (K, kh, kw, 8). Bias in the kernel.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+#include "ops/common/conv_shapes.h"
+
+namespace customconv {
+
+constexpr int64_t kGroupedMmaMaxTaps = 10;
+
+std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::Tensor& weight,
+                                             const std::optional<at::Tensor>& bias,
+                                             const Conv2dShape<int64_t>& s);
+
+}  // namespace customconv
