@@ -5,8 +5,7 @@
 // (grouped_direct.h), exact but 2x slower than cuDNN. One group's 8 output
 // channels are exactly the n = 8 of an mma.sync tile: no arithmetic is spent
 // on zeros between groups. Where a merge does divide the groups (ResNeXt-50's
-// 32 groups of 8), the merged route goes first: on an H100 it measured 10-30%
-// faster there. Forward only; the stride-1 input gradient runs through it as
+// 32 groups of 8), the merged route goes first (engines_cuda.cpp). Forward only; the stride-1 input gradient runs through it as
 // the forward of grad_output with the rotated weight.
 //
 // Takes: CUDA tensors on a device of compute capability 8.0 or newer,

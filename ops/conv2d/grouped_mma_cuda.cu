@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/detail/IntegerDivider.cuh>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -26,32 +27,54 @@ struct Geometry {
   int h, w, c, p, q, s, taps;
   int sh, sw, ph, pw, dh, dw;
   int positions, tiles, groups;
+  int row_step, col_step;  // elements between taps: dh * w * c, dw * c
+  at::cuda::detail::IntDivider<unsigned> plane, cols;  // by p * q and by q
 };
 
-// An output position of a tile as one thread sees it: its image (offset to
-// the thread's channels), the window's top-left input pixel, and whether
-// the position exists (the last tile's rows past the end do not).
-template <typename T>
+// An output position of a tile as one thread sees it: the element offset
+// of its window's top-left tap at the thread's channel, that tap's input
+// pixel, and whether the position exists (the last tile's rows past the end
+// do not). With a window fixed at compile time (KH x KW), which of its rows
+// and columns lie inside the input, decided once per position.
+template <int KH, int KW>
 struct Row {
-  const T* img;
-  int iy, ix;
+  int base, iy, ix;
   bool ok;
+  bool row_in[KH > 0 ? KH : 1], col_in[KW > 0 ? KW : 1];
 };
 
-template <typename T>
-__device__ __forceinline__ Row<T> row_at(const T* in, const Geometry& g, int m, int channel) {
-  const int pq = g.p * g.q;
-  const int n = m / pq, rem = m - n * pq, y = rem / g.q, x = rem - y * g.q;
-  return {in + int64_t(n) * g.h * g.w * g.c + channel, y * g.sh - g.ph, x * g.sw - g.pw, m < g.positions};
+template <int KH, int KW>
+__device__ __forceinline__ Row<KH, KW> row_at(const Geometry& g, int m, int channel) {
+  const auto image = g.plane.divmod(unsigned(m));
+  const auto yx = g.cols.divmod(image.mod);
+  const int n = int(image.div), y = int(yx.div), x = int(yx.mod);
+  Row<KH, KW> r;
+  r.iy = y * g.sh - g.ph, r.ix = x * g.sw - g.pw, r.ok = m < g.positions;
+  r.base = ((n * g.h + r.iy) * g.w + r.ix) * g.c + channel;
+#pragma unroll
+  for (int i = 0; i < KH; ++i) r.row_in[i] = r.ok && unsigned(r.iy + i * g.dh) < unsigned(g.h);
+#pragma unroll
+  for (int j = 0; j < KW; ++j) r.col_in[j] = unsigned(r.ix + j * g.dw) < unsigned(g.w);
+  return r;
 }
 
-// The element at tap (dy, dx) of a row's window, as raw bits (U: 32 bits,
-// the thread's two 16-bit channels or one float), zero in the padding.
-template <typename U, typename T>
-__device__ __forceinline__ U tap_bits(const Row<T>& r, const Geometry& g, int dy, int dx) {
-  const int iy = r.iy + dy, ix = r.ix + dx;
-  if (!r.ok || unsigned(iy) >= unsigned(g.h) || unsigned(ix) >= unsigned(g.w)) return 0;
-  return __ldg(reinterpret_cast<const U*>(r.img + (iy * g.w + ix) * g.c));
+// Tap t of a row's window as raw bits (U: 32 bits, the thread's two 16-bit
+// channels or one float), `shift` elements past the thread's channel; zero
+// in the padding and for taps past the window's. `offset` holds each tap's
+// element offset from the top-left one; with a runtime window, dy and dx its
+// offset in input rows and columns. A predicated load, no branch.
+template <typename U, int KH, int KW, typename T>
+__device__ __forceinline__ U tap_bits(const T* in, const Row<KH, KW>& r, const Geometry& g, int t,
+                                      const int* offset, const int* dy, const int* dx, int shift = 0) {
+  bool inside;
+  if constexpr (KH > 0) {
+    inside = t < KH * KW && r.row_in[t / KW] && r.col_in[t % KW];
+  } else {
+    inside = t < g.taps && r.ok && unsigned(r.iy + dy[t]) < unsigned(g.h) && unsigned(r.ix + dx[t]) < unsigned(g.w);
+  }
+  U v = 0;
+  if (inside) v = __ldg(reinterpret_cast<const U*>(in + (r.base + offset[t] + shift)));
+  return v;
 }
 
 __device__ __forceinline__ uint32_t to_tf32(uint32_t bits) {
@@ -112,7 +135,7 @@ __device__ __forceinline__ void store_pair(T* dst, float lo, float hi) {
 //     values are channels l % 4 and l % 4 + 4.
 // The group's B fragments for every tap are loaded once into registers;
 // taps in the padding read zeros. Accumulators start from the bias.
-template <typename T>
+template <typename T, int KH, int KW>
 __global__ void __launch_bounds__(kWarps * 32)
     grouped_mma_forward_kernel(const T* __restrict__ in, const T* __restrict__ wt, const T* __restrict__ bias,
                                T* __restrict__ out, Geometry g) {
@@ -125,12 +148,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int in_channel = group * kGroupWidth + (k16 ? 2 * quad : quad);
 
   uint32_t b[kSteps][2];
-  int dy[kMaxTaps], dx[kMaxTaps];
+  int dy[kMaxTaps], dx[kMaxTaps], offset[kMaxTaps];
   const T* w = wt + int64_t(group * kGroupWidth + row) * g.taps * kGroupWidth;
 #pragma unroll
   for (int t = 0; t < kMaxTaps; ++t) {
-    dy[t] = (t / g.s) * g.dh;
-    dx[t] = (t % g.s) * g.dw;
+    const int i = KH > 0 ? t / KW : t / g.s, j = KH > 0 ? t % KW : t % g.s;
+    dy[t] = i * g.dh;
+    dx[t] = j * g.dw;
+    offset[t] = i * g.row_step + j * g.col_step;
   }
 #pragma unroll
   for (int st = 0; st < kSteps; ++st) {
@@ -151,27 +176,28 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   for (int tile = blockIdx.x; tile < g.tiles; tile += gridDim.x) {
     const int m0 = tile * kTileRows + row, m1 = m0 + 8;
-    const Row<T> r0 = row_at(in, g, m0, in_channel), r1 = row_at(in, g, m1, in_channel);
+    const Row<KH, KW> r0 = row_at<KH, KW>(g, m0, in_channel), r1 = row_at<KH, KW>(g, m1, in_channel);
+    // Every step's A values are loaded before the first product, so that
+    // the loads are in flight together rather than one step's at a time.
+    uint32_t a[kSteps][4];
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      if constexpr (k16) {
+        a[st][0] = tap_bits<uint32_t>(in, r0, g, 2 * st, offset, dy, dx);
+        a[st][1] = tap_bits<uint32_t>(in, r1, g, 2 * st, offset, dy, dx);
+        a[st][2] = tap_bits<uint32_t>(in, r0, g, 2 * st + 1, offset, dy, dx);
+        a[st][3] = tap_bits<uint32_t>(in, r1, g, 2 * st + 1, offset, dy, dx);
+      } else {
+        a[st][0] = to_tf32(tap_bits<uint32_t>(in, r0, g, st, offset, dy, dx));
+        a[st][1] = to_tf32(tap_bits<uint32_t>(in, r1, g, st, offset, dy, dx));
+        a[st][2] = to_tf32(tap_bits<uint32_t>(in, r0, g, st, offset, dy, dx, 4));
+        a[st][3] = to_tf32(tap_bits<uint32_t>(in, r1, g, st, offset, dy, dx, 4));
+      }
+    }
     float d[4] = {bias0, bias1, bias0, bias1};
 #pragma unroll
     for (int st = 0; st < kSteps; ++st) {
-      uint32_t a[4];
-      if constexpr (k16) {
-        const int t0 = 2 * st, t1 = 2 * st + 1;
-        if (t0 >= g.taps) break;
-        a[0] = tap_bits<uint32_t>(r0, g, dy[t0], dx[t0]);
-        a[1] = tap_bits<uint32_t>(r1, g, dy[t0], dx[t0]);
-        a[2] = t1 < g.taps ? tap_bits<uint32_t>(r0, g, dy[t1], dx[t1]) : 0u;
-        a[3] = t1 < g.taps ? tap_bits<uint32_t>(r1, g, dy[t1], dx[t1]) : 0u;
-      } else {
-        if (st >= g.taps) break;
-        const Row<T> s0{r0.img + 4, r0.iy, r0.ix, r0.ok}, s1{r1.img + 4, r1.iy, r1.ix, r1.ok};
-        a[0] = to_tf32(tap_bits<uint32_t>(r0, g, dy[st], dx[st]));
-        a[1] = to_tf32(tap_bits<uint32_t>(r1, g, dy[st], dx[st]));
-        a[2] = to_tf32(tap_bits<uint32_t>(s0, g, dy[st], dx[st]));
-        a[3] = to_tf32(tap_bits<uint32_t>(s1, g, dy[st], dx[st]));
-      }
-      mma<T>(d, a, b[st]);
+      if ((k16 ? 2 * st : st) < g.taps) mma<T>(d, a[st], b[st]);
     }
     if (m0 < g.positions) store_pair(out + int64_t(m0) * k + out_channel, d[0], d[1]);
     if (m1 < g.positions) store_pair(out + int64_t(m1) * k + out_channel, d[2], d[3]);
@@ -194,6 +220,11 @@ bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
                     w.dh * w.kh, w.dw * w.kw}) {
     if (v > kIntMax) return false;
   }
+  // Element offsets (ints) reach from a window's top-left tap in the padding
+  // to taps past the input's far edges: the padded extent, every stride and
+  // window added, must stay an int too.
+  const int64_t rows = s.in.h + 2 * w.ph + w.dh * w.kh + w.sh, cols = s.in.w + 2 * w.pw + w.dw * w.kw + w.sw;
+  if (rows > kIntMax / cols || s.in.n * rows * cols > kIntMax / s.in.c) return false;
   return at::cuda::getDeviceProperties(input.get_device())->major >= 8;
 }
 
@@ -217,7 +248,9 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
   const Window2d& win = s.win;
   Geometry g{int(s.in.h), int(s.in.w), int(s.in.c), int(s.oh), int(s.ow), int(win.kw), int(win.kh * win.kw),
              int(win.sh), int(win.sw), int(win.ph), int(win.pw), int(win.dh), int(win.dw),
-             int(s.in.n * s.oh * s.ow), 0, int(s.groups)};
+             int(s.in.n * s.oh * s.ow), 0, int(s.groups), int(win.dh * s.in.w * s.in.c), int(win.dw * s.in.c),
+             at::cuda::detail::IntDivider<unsigned>(unsigned(s.oh * s.ow)),
+             at::cuda::detail::IntDivider<unsigned>(unsigned(s.ow))};
   g.tiles = (g.positions + kTileRows - 1) / kTileRows;
   // About 8 blocks per SM in all, each warp walking several tiles.
   const int sms = at::cuda::getDeviceProperties(input.get_device())->multiProcessorCount;
@@ -225,11 +258,15 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
   const int64_t per_row = (int64_t(sms) * 8 + rows - 1) / rows;
   const dim3 grid(unsigned(std::max<int64_t>(1, std::min<int64_t>(per_row, g.tiles))), unsigned(rows));
   const auto stream = at::cuda::getCurrentCUDAStream();
+  // 3x3 windows (every RegNet layer) with the window fixed at compile time:
+  // a tap's position and bounds are then constants and two predicates.
+  const bool three = win.kh == 3 && win.kw == 3;
   const auto launch = [&](auto tag) {
     using T = decltype(tag);
-    grouped_mma_forward_kernel<T><<<grid, kWarps * 32, 0, stream>>>(
-        x.const_data_ptr<T>(), w.const_data_ptr<T>(), has_bias ? b.const_data_ptr<T>() : nullptr,
-        out.mutable_data_ptr<T>(), g);
+    const auto kernel = three ? &grouped_mma_forward_kernel<T, 3, 3> : &grouped_mma_forward_kernel<T, 0, 0>;
+    kernel<<<grid, kWarps * 32, 0, stream>>>(x.const_data_ptr<T>(), w.const_data_ptr<T>(),
+                                             has_bias ? b.const_data_ptr<T>() : nullptr, out.mutable_data_ptr<T>(),
+                                             g);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   switch (x.scalar_type()) {
