@@ -160,12 +160,14 @@ def fuse(model: torch.nn.Module, *, inplace: bool = False,
 
     memory_format: the layout of the convolutions' weights in the result, which
     (F.conv2d's rule) sets the layout of their outputs. "auto" (the default),
-    for a model whose convolutions are on a CUDA device: channels_last, since
-    the GPU's implicit-GEMM kernels (which apply the epilogue in the kernel)
-    and its depthwise kernels read channels_last data in place (an NCHW input
-    is taken as it is; the first convolution's output is channels_last).
-    On the CPU "auto" keeps the weights as they are. The model's outputs keep
-    their values either way. torch.channels_last or torch.contiguous_format
+    for a model whose convolutions are on a CUDA device, or all on the CPU in
+    float32: channels_last, since the GPU's implicit-GEMM kernels (which apply
+    the epilogue in the kernel), the CPU's direct float32 kernels and both
+    devices' depthwise kernels read channels_last data in place (an NCHW input
+    is taken as it is; the first convolution's output is channels_last, and
+    from there on no layer changes layouts). Otherwise (other CPU dtypes,
+    mixed devices) "auto" keeps the weights as they are. The model's outputs
+    keep their values either way. torch.channels_last or torch.contiguous_format
     forces one layout; None keeps the weights as they are.
 
     With inplace=True the model is not copied first: the result shares its
@@ -586,7 +588,9 @@ def _set_weight_layout(model: torch.nn.Module, memory_format) -> None:
     if memory_format is None or not convs:
         return
     if memory_format == "auto":
-        if not all(m.weight.is_cuda for m in convs):
+        on_cuda = all(m.weight.is_cuda for m in convs)
+        cpu_float32 = all(m.weight.device.type == "cpu" and m.weight.dtype == torch.float32 for m in convs)
+        if not (on_cuda or cpu_float32):
             return
         memory_format = torch.channels_last
     elif memory_format not in (torch.channels_last, torch.contiguous_format):

@@ -452,16 +452,23 @@ def test_fused_conv2d_refuses_unknown_activations():
 
 
 def test_fuse_memory_format_choices():
-    """memory_format: "auto" keeps CPU weights as they are; channels_last and
-    contiguous_format force a layout, which the outputs follow; values unchanged."""
+    """memory_format: "auto" gives float32 CPU models channels_last weights (an
+    NCHW input changes layout once, in the first convolution) and keeps other
+    CPU dtypes' weights as they are; channels_last and contiguous_format force
+    a layout, which the outputs follow; values unchanged."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
                                 torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 1)).eval()
     x = torch.randn(2, 3, 9, 9)
     expected = model(x)
+    fused_convs = lambda m: [c for c in m.modules() if isinstance(c, customconv.nn.FusedConv2d)]
     auto = customconv.fuse(model)
-    assert all(m.weight.is_contiguous() for m in auto.modules()
-               if isinstance(m, customconv.nn.FusedConv2d))
+    assert all(c.weight.is_contiguous(memory_format=torch.channels_last) for c in fused_convs(auto))
+    out = auto(x)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+    auto64 = customconv.fuse(copy.deepcopy(model).double())
+    assert all(c.weight.is_contiguous() for c in fused_convs(auto64))
     cl = customconv.fuse(model, memory_format=torch.channels_last)
     out = cl(x)
     assert out.is_contiguous(memory_format=torch.channels_last)
