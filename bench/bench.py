@@ -48,7 +48,7 @@ class Record:
     speedup: float
     pct_copy_bw: Optional[float]  # forward of memory-bound ops only
     cls: str = ""  # size class the targets are stated for (e.g. "k<=5"), grouped in the summary
-    extra_mib: Optional[float] = None  # peak memory beyond inputs and results (conv2d, CUDA)
+    extra_mib: Optional[float] = None  # peak memory beyond inputs and results (conv2d)
     tflops: Optional[float] = None  # compute-bound ops (conv2d): our achieved TFLOP/s
 
 
@@ -292,9 +292,16 @@ RESNET50_LAYERS = [
 ]
 
 
-def extra_memory_mib(fn: Callable[[], object], kept_bytes: Callable[[object], int]) -> float:
-    """Peak CUDA memory that fn() allocates beyond what it returns and what
-    existed before, in MiB (kept_bytes(result): the bytes of its results)."""
+def extra_memory_mib(fn: Callable[[], object], kept_bytes: Callable[[object], int],
+                     device: str = "cuda") -> Optional[float]:
+    """Peak memory that fn() allocates beyond what it returns and what
+    existed before, in MiB (kept_bytes(result): the bytes of its results that
+    are not the tensors it returns, such as a gradient's seed freed before it
+    returns; 0 for a plain call). CUDA: the caching allocator's peak; CPU: the
+    profiler's memory timeline (every allocation and free in order), or None
+    where this PyTorch has none."""
+    if device == "cpu":
+        return cpu_extra_memory_mib(fn, kept_bytes)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
@@ -302,6 +309,28 @@ def extra_memory_mib(fn: Callable[[], object], kept_bytes: Callable[[object], in
     torch.cuda.synchronize()
     extra = torch.cuda.max_memory_allocated() - before - kept_bytes(result)
     return max(extra, 0) / 2**20
+
+
+def cpu_extra_memory_mib(fn: Callable[[], object], seed_bytes: Callable[[object], int]) -> Optional[float]:
+    """extra_memory_mib on the CPU: the peak of the memory timeline during
+    fn() less its level at the end (what fn() returns stays allocated; the
+    tensors that existed before are in both), less seed_bytes(result)."""
+    try:
+        from torch.profiler._memory_profiler import MemoryProfileTimeline
+    except ImportError:
+        return None
+    fn()  # first-call allocations (packed weights cached by PyTorch, ...) out of the way
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True,
+                                record_shapes=True, with_stack=True) as prof:
+        result = fn()
+    try:
+        _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline("cpu")
+    except Exception:  # a private interface: absent or changed in this PyTorch
+        return None
+    levels = [sum(level) for level in sizes]
+    if not levels:
+        return 0.0
+    return max(max(levels) - levels[-1] - seed_bytes(result), 0) / 2**20
 
 
 # ResNeXt-50 32x4d's grouped 3x3 layers (32 groups of 4, 8, 16 and 32
@@ -355,18 +384,17 @@ def conv2d_records(layers, device, dtype, timer) -> List[Record]:
                 if pass_ == "fwd":
                     t_ours[lay] = timer(lambda: ours(xl, wl))
                     t_base[lay] = timer(lambda: ref(xl, wl))
-                    if device == "cuda":
-                        extra[lay] = extra_memory_mib(lambda: ours(xl, wl), nbytes)
+                    extra[lay] = extra_memory_mib(lambda: ours(xl, wl), nbytes, device)
                 else:
                     args = [xl.clone().requires_grad_(), wl.clone().requires_grad_()]
                     t_ours[lay] = timer(fwd_bwd(ours, args))
                     t_base[lay] = timer(fwd_bwd(ref, args))
-                    if device == "cuda":
-                        def step():
-                            out = ours(*args)
-                            return (out,) + torch.autograd.grad(out, args, torch.ones_like(out))
-                        extra[lay] = extra_memory_mib(
-                            step, lambda r: nbytes(*r) + r[0].numel() * r[0].element_size())
+                    def step():
+                        out = ours(*args)
+                        return (out,) + torch.autograd.grad(out, args, torch.ones_like(out))
+                    seed = lambda r: r[0].numel() * r[0].element_size()  # ones_like(out), freed
+                    extra[lay] = extra_memory_mib(
+                        step, (lambda r: nbytes(*r) + seed(r)) if device == "cuda" else seed, device)
                 records.append(Record("conv2d", f"{name} {lay}", dt, pass_, t_ours[lay],
                                       f"F.conv2d {lay}", t_base[lay], t_base[lay] / t_ours[lay],
                                       None, cls, extra.get(lay), work * flops / t_ours[lay] / 1e9))
@@ -397,7 +425,7 @@ def markdown(records: List[Record], device_name: str, copy_bw: float) -> str:
     lines = [f"# customconv benchmark on {device_name}", "",
              f"Device-to-device copy: {copy_bw:.0f} GB/s (read + write).", "",
              "TFLOP/s: ours, for the compute-bound conv2d. Extra MiB: peak memory of ours beyond "
-             "its inputs and results (conv2d on CUDA).", "",
+             "its inputs and results (conv2d; on the CPU from the profiler's memory timeline).", "",
              "| op | shape | dtype | pass | ours ms | baseline | baseline ms | speedup | % copy BW "
              "| TFLOP/s | extra MiB |",
              "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|"]
