@@ -37,7 +37,9 @@ changes the numbers; every variant starts from the same weights (deep copies):
   rate, which leaves out TorchScript's start-up work in the first requests.
 
 Timing: CUDA events (on the CPU, the wall clock) around back-to-back calls after
-a warm-up; the median of --rounds rounds. Without --iters, the calls per round
+a warm-up; the median of --rounds rounds, the variants of a case (eager, ofi,
+converted, fused; PyTorch's and the converted training step) taking their
+rounds in turn, so that a slow stretch of a busy machine does not fall on one. Without --iters, the calls per round
 are chosen so that a round takes about 80 ms on CUDA (at least 5 calls) and
 200 ms on the CPU (at least 1).
 
@@ -131,6 +133,32 @@ class Timer:
             torch.cuda.synchronize()
 
     def ms_per_call(self, fn: Callable[[], object]) -> float:
+        return median_round_ms(fn, self.device, self._warm_up(fn), self.rounds)
+
+    def ms_per_call_each(self, fns: Dict[str, Callable[[], object]]) -> Dict[str, object]:
+        """ms_per_call of each callable, their rounds interleaved (a round of
+        each in turn), so that a slow stretch of a busy machine falls on all of
+        them rather than on one; a callable that raises gets its error's text."""
+        out: Dict[str, object] = {}
+        iters, times = {}, {}
+        for key, fn in fns.items():
+            try:
+                iters[key] = self._warm_up(fn)
+                times[key] = []
+            except Exception as e:  # noqa: BLE001
+                out[key] = f"error: {first_line(e)}"
+        for _ in range(self.rounds):
+            for key in list(times):
+                try:
+                    times[key].append(median_round_ms(fns[key], self.device, iters[key], 1))
+                except Exception as e:  # noqa: BLE001
+                    out[key] = f"error: {first_line(e)}"
+                    del times[key]
+        out.update({key: statistics.median(t) for key, t in times.items()})
+        return out
+
+    def _warm_up(self, fn: Callable[[], object]) -> int:
+        """Warms fn up and returns the calls per round."""
         self._sync()
         t0 = time.perf_counter()
         calls = 0
@@ -149,7 +177,7 @@ class Timer:
             self._sync()
             one_ms = (time.perf_counter() - t0) * 1e3
             iters = max(self.min_iters, min(500, round(self.round_ms / max(one_ms, 1e-3))))
-        return median_round_ms(fn, self.device, iters, self.rounds)
+        return iters
 
 
 def median_round_ms(fn: Callable[[], object], device: str, iters: int, rounds: int) -> float:
@@ -336,6 +364,7 @@ def run_inference(name: str, base: torch.nn.Module, args, timer: Timer, progress
                 row = dict(model=name, batch=batch, dtype=dtype_name, layout=layout, tol=tol)
                 with torch.inference_mode():
                     want = None
+                    timed = {}
                     for variant in models:
                         m = models[variant]
                         if isinstance(m, str):
@@ -348,9 +377,10 @@ def run_inference(name: str, base: torch.nn.Module, args, timer: Timer, progress
                             elif want is not None:
                                 row[f"{variant}_err"] = rel_err(out, want)
                             del out
-                            row[variant] = timer.ms_per_call(lambda: m(x))
+                            timed[variant] = lambda m=m: m(x)
                         except Exception as e:  # noqa: BLE001
                             row[variant] = f"error: {first_line(e)}"
+                    row.update(timer.ms_per_call_each(timed))
                 for key, num, den, _ in SPEEDUPS:
                     if num not in row or den not in row:
                         continue
@@ -445,6 +475,7 @@ def run_training(name: str, base: torch.nn.Module, args, timer: Timer, progress)
             except Exception as e:  # noqa: BLE001
                 row["check_error"] = f"error: {first_line(e)}"
             free_device_memory(device)
+            steps = {}
             for side, model in (("torch", theirs), ("converted", ours)):
                 opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
@@ -453,11 +484,9 @@ def run_training(name: str, base: torch.nn.Module, args, timer: Timer, progress)
                     F.cross_entropy(model(x), y).backward()
                     opt.step()
 
-                try:
-                    row[side] = timer.ms_per_call(step)
-                except Exception as e:  # noqa: BLE001
-                    row[side] = f"error: {first_line(e)}"
-                del opt
+                steps[side] = step
+            row.update(timer.ms_per_call_each(steps))
+            del steps
             del theirs, ours, x, y
         except Exception as e:  # noqa: BLE001
             row.setdefault("torch", f"error: {first_line(e)}")
@@ -660,7 +689,7 @@ def markdown(meta: dict, inf: List[dict], train: List[dict], demo: List[dict],
     L += [f"torch {meta['torch']}, torchvision {meta['torchvision']}, customconv "
           f"{meta['customconv']}; {meta['settings']}.", "",
           "224x224 inputs, random weights with random batch-norm statistics. ms per call (median of "
-          "rounds); speedup = the other's ms / ours (above 1: ours is faster). \"ofi\" = "
+          "rounds, a case's variants timed in turn); speedup = the other's ms / ours (above 1: ours is faster). \"ofi\" = "
           "`torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))`. Max rel "
           "err = max |output - eager's| / max |eager's|, flagged MISMATCH above the dtype's "
           "tolerance.", ""]
