@@ -4,18 +4,23 @@
 // route (implicit_gemm.h) declines them and they ran on the CUDA-core kernels
 // (grouped_direct.h), exact but 2x slower than cuDNN. One group's 8 output
 // channels are exactly the n = 8 of an mma.sync tile: no arithmetic is spent
-// on zeros between groups. Where a merge does divide the groups (ResNeXt-50's
-// 32 groups of 8), the merged route goes first (engines_cuda.cpp). Forward only; the stride-1 input gradient runs through it as
-// the forward of grad_output with the rotated weight.
+// on zeros between groups. Groups of 4 channels run two to a tile, with a
+// block-diagonal 8 x 8 weight per tap (half the products are zeros). Where a
+// merge does divide the groups (ResNeXt-50's 32 groups of 4 and of 8), the
+// merged route goes first (engines_cuda.cpp says why). Forward only; the
+// stride-1 input gradient runs through it as the forward of grad_output with
+// the rotated weight.
 //
 // Takes: CUDA tensors on a device of compute capability 8.0 or newer,
-// batched, 1 < groups < C, C / groups == K / groups == 8, windows of at most
-// kGroupedMmaMaxTaps taps, float16 or bfloat16 (float32 accumulation), or
-// float32 where PyTorch's TF32 policy for convolutions allows TF32 (the
-// products in TF32, rounded to nearest), every tensor under 2^31 elements.
+// batched, 1 < groups < C, C / groups == K / groups == 8, or 4 with an even
+// number of groups, windows of at most kGroupedMmaMaxTaps taps, float16 or
+// bfloat16 (float32 accumulation), or float32 where PyTorch's TF32 policy for
+// convolutions allows TF32 (the products in TF32, rounded to nearest), every
+// tensor under 2^31 elements.
 // It reads and writes channels_last: a channels_last input in place, an
 // NCHW one changed to channels_last and its result back, as the direct
-// kernels do; the weight is read as (K, kh, kw, 8). Bias in the kernel.
+// kernels do; the weight is read as (K, kh, kw, C / groups). Bias in the
+// kernel.
 #pragma once
 
 #include <ATen/core/Tensor.h>

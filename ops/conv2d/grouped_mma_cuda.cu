@@ -15,7 +15,7 @@
 namespace customconv {
 namespace {
 
-constexpr int kGroupWidth = 8;  // input and output channels per group
+constexpr int kGroupWidth = 8;  // input and output channels of a warp's slice (an mma tile's n)
 constexpr int kWarps = 4;       // warps per block: one group each
 constexpr int kTileRows = 16;   // output positions per mma tile
 constexpr int kMaxTaps = int(kGroupedMmaMaxTaps);
@@ -26,7 +26,9 @@ constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
 struct Geometry {
   int h, w, c, p, q, s, taps;
   int sh, sw, ph, pw, dh, dw;
-  int positions, tiles, groups;
+  int positions, tiles;
+  int slices;  // slices of kGroupWidth channels: c / 8
+  int width;   // channels per group of the layer: 8, or 4 (two groups a slice)
   int row_step, col_step;  // elements between taps: dh * w * c, dw * c
   at::cuda::detail::IntDivider<unsigned> plane, cols;  // by p * q and by q
 };
@@ -118,14 +120,16 @@ __device__ __forceinline__ void store_pair(T* dst, float lo, float hi) {
   }
 }
 
-// Forward. Block (x, y): kWarps warps, warp w on group y * kWarps + w, all
-// of them walking the same tiles of 16 consecutive output positions (tile =
+// Forward. Block (x, y): kWarps warps, warp w on the 8-channel slice
+// y * kWarps + w (one group of 8 channels, or two groups of 4), all of them
+// walking the same tiles of 16 consecutive output positions (tile =
 // blockIdx.x, then strided by the grid), so that between them they read
 // 4 * 16 bytes (16-bit) of each input pixel they touch while it is in the
 // SM's L1: one warp alone reads half of each 32-byte sector, and on layers
-// larger than L2 the other half came from memory a second time. A group's 8
-// output channels are the tile's 8 columns. Lane l holds rows l / 4 and
-// l / 4 + 8 of the tile and, in the accumulators, output channels
+// larger than L2 the other half came from memory a second time. A slice's 8
+// output channels are the tile's 8 columns; with groups of 4 its weight is
+// block-diagonal (half of the products are zeros). Lane l holds rows l / 4
+// and l / 4 + 8 of the tile and, in the accumulators, output channels
 // 2 * (l % 4) and + 1 (mma.sync's fragment layout). The reduction runs over
 // (tap, channel):
 //   16-bit, m16n8k16: a step is two taps x 8 channels; the lane's A values
@@ -133,7 +137,7 @@ __device__ __forceinline__ void store_pair(T* dst, float lo, float hi) {
 //     a row), its B values the same channels of output channel l / 4;
 //   float32, m16n8k8 TF32: a step is one tap x 8 channels; the lane's A
 //     values are channels l % 4 and l % 4 + 4.
-// The group's B fragments for every tap are loaded once into registers;
+// The slice's B fragments for every tap are loaded once into registers;
 // taps in the padding read zeros. Accumulators start from the bias.
 // Registers are capped for 8 resident blocks (32 warps) an SM: the float32
 // build, which holds 40 loaded values a tile, then spills a few registers,
@@ -145,14 +149,18 @@ __global__ void __launch_bounds__(kWarps * 32, 8)
   constexpr bool k16 = !std::is_same_v<T, float>;
   constexpr int kSteps = k16 ? (kMaxTaps + 1) / 2 : kMaxTaps;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, quad = lane & 3, row = lane >> 2;
-  const int group = blockIdx.y * kWarps + warp;
-  if (group >= g.groups) return;
-  const int out_channel = group * kGroupWidth + 2 * quad;
-  const int in_channel = group * kGroupWidth + (k16 ? 2 * quad : quad);
+  const int slice = blockIdx.y * kWarps + warp;
+  if (slice >= g.slices) return;
+  const int out_channel = slice * kGroupWidth + 2 * quad;
+  const int in_channel = slice * kGroupWidth + (k16 ? 2 * quad : quad);
 
+  // B: the slice's weight, (output channel `row`, tap, input channel), zero
+  // where the input channel is in another group than the output channel
+  // (groups of 4: a block-diagonal 8 x 8 per tap).
   uint32_t b[kSteps][2];
   int dy[kMaxTaps], dx[kMaxTaps], offset[kMaxTaps];
-  const T* w = wt + int64_t(group * kGroupWidth + row) * g.taps * kGroupWidth;
+  const T* w = wt + int64_t(slice * kGroupWidth + row) * g.taps * g.width;
+  const auto same_group = [&](int c) { return c / g.width == row / g.width; };
 #pragma unroll
   for (int t = 0; t < kMaxTaps; ++t) {
     const int i = KH > 0 ? t / KW : t / g.s, j = KH > 0 ? t % KW : t % g.s;
@@ -163,19 +171,21 @@ __global__ void __launch_bounds__(kWarps * 32, 8)
 #pragma unroll
   for (int st = 0; st < kSteps; ++st) {
     if constexpr (k16) {
-      const int t0 = 2 * st, t1 = 2 * st + 1;
-      const T* w0 = w + t0 * kGroupWidth + 2 * quad;
-      b[st][0] = t0 < g.taps ? __ldg(reinterpret_cast<const uint32_t*>(w0)) : 0u;
-      b[st][1] = t1 < g.taps ? __ldg(reinterpret_cast<const uint32_t*>(w0 + kGroupWidth)) : 0u;
+      const int t0 = 2 * st, t1 = 2 * st + 1, c = 2 * quad;
+      const T* w0 = w + t0 * g.width + c % g.width;
+      const bool take = same_group(c);
+      b[st][0] = take && t0 < g.taps ? __ldg(reinterpret_cast<const uint32_t*>(w0)) : 0u;
+      b[st][1] = take && t1 < g.taps ? __ldg(reinterpret_cast<const uint32_t*>(w0 + g.width)) : 0u;
     } else {
-      const T* w0 = w + st * kGroupWidth + quad;
-      b[st][0] = st < g.taps ? to_tf32(__float_as_uint(__ldg(w0))) : 0u;
-      b[st][1] = st < g.taps ? to_tf32(__float_as_uint(__ldg(w0 + 4))) : 0u;
+      const T* w0 = w + st * g.width;
+      const int c0 = quad, c1 = quad + 4;
+      b[st][0] = same_group(c0) && st < g.taps ? to_tf32(__float_as_uint(__ldg(w0 + c0 % g.width))) : 0u;
+      b[st][1] = same_group(c1) && st < g.taps ? to_tf32(__float_as_uint(__ldg(w0 + c1 % g.width))) : 0u;
     }
   }
   const float bias0 = bias != nullptr ? static_cast<float>(bias[out_channel]) : 0.f;
   const float bias1 = bias != nullptr ? static_cast<float>(bias[out_channel + 1]) : 0.f;
-  const int k = g.groups * kGroupWidth;
+  const int k = g.slices * kGroupWidth;
 
   for (int tile = blockIdx.x; tile < g.tiles; tile += gridDim.x) {
     const int m0 = tile * kTileRows + row, m1 = m0 + 8;
@@ -209,7 +219,8 @@ __global__ void __launch_bounds__(kWarps * 32, 8)
 
 bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   if (!input.is_cuda() || !s.in.batched || s.groups <= 1 || s.groups >= s.in.c) return false;
-  if (s.in.c != kGroupWidth * s.groups || s.k != kGroupWidth * s.groups) return false;
+  const int64_t width = s.in.c / s.groups;
+  if ((width != 8 && width != 4) || s.k != s.in.c || s.in.c % kGroupWidth != 0) return false;
   const auto dtype = input.scalar_type();
   if (dtype == at::kFloat) {
     if (!at::globalContext().allowTF32CuDNN(at::Float32Op::CONV)) return false;
@@ -217,7 +228,7 @@ bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
     return false;
   }
   const Window2d& w = s.win;
-  if (w.kh * w.kw > kGroupedMmaMaxTaps || s.groups > 65535 * int64_t{kWarps}) return false;
+  if (w.kh * w.kw > kGroupedMmaMaxTaps || s.in.c / kGroupWidth > 65535 * int64_t{kWarps}) return false;
   constexpr int64_t kIntMax = (int64_t{1} << 31) - 1;
   for (int64_t v : {s.in.n * s.in.c * s.in.h * s.in.w, s.in.n * s.k * s.oh * s.ow, w.sh, w.sw, w.ph, w.pw,
                     w.dh * w.kh, w.dw * w.kw}) {
@@ -251,13 +262,14 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
   const Window2d& win = s.win;
   Geometry g{int(s.in.h), int(s.in.w), int(s.in.c), int(s.oh), int(s.ow), int(win.kw), int(win.kh * win.kw),
              int(win.sh), int(win.sw), int(win.ph), int(win.pw), int(win.dh), int(win.dw),
-             int(s.in.n * s.oh * s.ow), 0, int(s.groups), int(win.dh * s.in.w * s.in.c), int(win.dw * s.in.c),
+             int(s.in.n * s.oh * s.ow), 0, int(s.in.c / kGroupWidth), int(s.in.c / s.groups),
+             int(win.dh * s.in.w * s.in.c), int(win.dw * s.in.c),
              at::cuda::detail::IntDivider<unsigned>(unsigned(s.oh * s.ow)),
              at::cuda::detail::IntDivider<unsigned>(unsigned(s.ow))};
   g.tiles = (g.positions + kTileRows - 1) / kTileRows;
   // About 8 blocks per SM in all, each warp walking several tiles.
   const int sms = at::cuda::getDeviceProperties(input.get_device())->multiProcessorCount;
-  const int64_t rows = (s.groups + kWarps - 1) / kWarps;
+  const int64_t rows = (g.slices + kWarps - 1) / kWarps;
   const int64_t per_row = (int64_t(sms) * 8 + rows - 1) / rows;
   const dim3 grid(unsigned(std::max<int64_t>(1, std::min<int64_t>(per_row, g.tiles))), unsigned(rows));
   const auto stream = at::cuda::getCurrentCUDAStream();

@@ -217,25 +217,27 @@ MMA_TOL = {torch.float16: 2.0**-9, torch.bfloat16: 2.0**-7, torch.float32: 2.0**
 
 
 @pytest.mark.parametrize("idx", range(12))
+@pytest.mark.parametrize("width", [8, 4])
 @pytest.mark.parametrize("dtype", [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id="bf16"),
                                    pytest.param(torch.float32, id="tf32")])
-def test_groups_of_8_on_tensor_cores(dtype, idx, rng, gen, seed):
-    # C / groups == K / groups == 8, group counts no merge into 32-channel
+def test_groups_of_8_on_tensor_cores(dtype, width, idx, rng, gen, seed):
+    # C / groups == K / groups == 8 (or 4, an even number of groups: two
+    # groups a tile, block-diagonal), group counts no merge into 32-channel
     # tiles divides, and windows of at most 10 taps run on the tensor-core
     # kernel: random windows (1x1 to 3x3, 2x5, 1x3), strides,
     # paddings, dilations, plane sizes whose positions fill no whole tile,
     # both layouts, bias or none; float32 under TF32 only.
-    groups = rng.choice([2, 3, 6, 13])
+    groups = rng.choice([2, 3, 6, 13] if width == 8 else [2, 6, 10, 26])
     kernel = rng.choice([(3, 3), (3, 3), (1, 1), (2, 2), (1, 3), (3, 1), (2, 5)])
     stride = (rng.choice([1, 2, 3]), rng.choice([1, 2]))
     dilation = (rng.choice([1, 1, 2]), rng.choice([1, 1, 2]))
     padding = tuple(rng.randint(0, (k - 1) * d) for k, d in zip(kernel, dilation))
     size = tuple((k - 1) * d + 1 + rng.randint(0, 11) for k, d in zip(kernel, dilation))
     layout = rng.choice(["channels_last", "contiguous"])
-    x = make_tensor((rng.choice([1, 2, 3]), 8 * groups, *size), dtype, "cuda", layout, gen)
+    x = make_tensor((rng.choice([1, 2, 3]), width * groups, *size), dtype, "cuda", layout, gen)
     w_layout = rng.choice(["channels_last", "contiguous"])
-    w = make_tensor((8 * groups, 8, *kernel), dtype, "cuda", w_layout, gen)
-    b = make_tensor((8 * groups,), dtype, "cuda", gen=gen) if rng.random() < 0.7 else None
+    w = make_tensor((width * groups, width, *kernel), dtype, "cuda", w_layout, gen)
+    b = make_tensor((width * groups,), dtype, "cuda", gen=gen) if rng.random() < 0.7 else None
     args = (list(stride), list(padding), list(dilation), groups)
     saved = torch.backends.cudnn.allow_tf32
     try:
@@ -254,13 +256,14 @@ def test_groups_of_8_on_tensor_cores(dtype, idx, rng, gen, seed):
     assert (err <= 1e-6).all(), f"seed={seed} worst {float(err.max())}"
 
 
-@pytest.mark.parametrize("case", ["f32-exact", "5x5", "16-per-group", "misaligned-1x1-weight", "merged"])
+@pytest.mark.parametrize("case", ["f32-exact", "5x5", "16-per-group", "misaligned-1x1-weight", "merged",
+                                  "odd-groups-of-4"])
 def test_groups_of_8_cases_the_tensor_core_kernel_declines(case, gen):
     # Outside its conditions the layer keeps the other routes, and is right;
     # groups that merge into 32-channel tiles (4 groups of 8) keep the merged
     # route, which measured faster.
     dtype = torch.float32 if case == "f32-exact" else torch.float16
-    cg = 16 if case == "16-per-group" else 8
+    cg = {"16-per-group": 16, "odd-groups-of-4": 4}.get(case, 8)
     groups = 4 if case == "merged" else 3
     ks = 5 if case == "5x5" else (1 if case.endswith("1x1-weight") else 3)
     x = make_tensor((2, groups * cg, 11, 9), dtype, "cuda", "channels_last", gen)
