@@ -48,11 +48,11 @@ std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
                                                    const Conv2dShape<int64_t>& s,
                                                    const ConvEpilogue& epilogue) {
 #ifdef CUSTOMCONV_WITH_CUTLASS
-  return implicit_gemm_conv2d_fused(input, weight, bias, s, epilogue);
-#else
-  (void)input, (void)weight, (void)bias, (void)s, (void)epilogue;
-  return std::nullopt;
+  if (auto out = implicit_gemm_conv2d_fused(input, weight, bias, s, epilogue)) return out;
 #endif
+  // Groups of 8 (or 4) channels the merged route declines, as in the forward.
+  if (s.groups > 1) return grouped_mma_conv2d(input, weight, bias, s, &epilogue);
+  return std::nullopt;
 }
 
 std::optional<at::Tensor> cuda_conv2d_grad_input_engine(const at::Tensor& grad_output,

@@ -19,8 +19,8 @@
 // tensor under 2^31 elements.
 // It reads and writes channels_last: a channels_last input in place, an
 // NCHW one changed to channels_last and its result back, as the direct
-// kernels do; the weight is read as (K, kh, kw, C / groups). Bias in the
-// kernel.
+// kernels do; the weight is read as (K, kh, kw, C / groups). Bias, and
+// conv2d_fused's residual and activation, in the kernel.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -28,13 +28,18 @@
 #include <optional>
 
 #include "ops/common/conv_shapes.h"
+#include "ops/common/epilogue.h"
 
 namespace customconv {
 
 constexpr int64_t kGroupedMmaMaxTaps = 10;
 
+// With `epilogue` (conv2d_fused), its residual added and its activation
+// applied as the results are stored; it declines a residual that is not
+// channels_last.
 std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::Tensor& weight,
                                              const std::optional<at::Tensor>& bias,
-                                             const Conv2dShape<int64_t>& s);
+                                             const Conv2dShape<int64_t>& s,
+                                             const ConvEpilogue* epilogue = nullptr);
 
 }  // namespace customconv

@@ -279,3 +279,39 @@ def test_groups_of_8_cases_the_tensor_core_kernel_declines(case, gen):
     want = F.conv2d(x.double(), w.double(), None, 1, ks // 2, 1, groups)
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * float(want.abs().max()))
+
+
+ACTIVATIONS = {"identity": lambda t: t, "relu": F.relu, "relu6": F.relu6, "silu": F.silu,
+               "hardswish": F.hardswish, "gelu": F.gelu, "sigmoid": torch.sigmoid}
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["no-residual", "residual"])
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float16, id="f16"), pytest.param(torch.float32, id="tf32")])
+def test_groups_of_8_fused_epilogue_in_the_kernel(dtype, activation, residual, rng, gen, seed):
+    # conv2d_fused on groups the tensor-core kernel takes (13 groups of 8, 6
+    # groups of 4): the residual and the activation applied in its epilogue,
+    # against act(conv + bias + residual) in float64.
+    width, groups = rng.choice([(8, 13), (4, 6)])
+    c = width * groups
+    x = make_tensor((2, c, 11, 9), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((c, width, 3, 3), dtype, "cuda", "channels_last", gen)
+    b = make_tensor((c,), dtype, "cuda", gen=gen)
+    r = make_tensor((2, c, 6, 5), dtype, "cuda", "channels_last", gen) if residual else None
+    args = ([2, 2], [1, 1], [1, 1], groups)
+    saved = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = True
+        got, ran = mma_kernel_ran(lambda: ops.conv2d_fused(x, w, b, *args, activation, r))
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    assert ran is not False, f"seed={seed}"
+    pre = F.conv2d(x.double(), w.double(), b.double(), 2, 1, 1, groups)
+    bound = F.conv2d(x.double().abs(), w.double().abs(), b.double().abs(), 2, 1, 1, groups)
+    if r is not None:
+        pre, bound = pre + r.double(), bound + r.double().abs()
+    want = ACTIVATIONS[activation](pre)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    # The activations here change a value by at most 1.5x its input's change (hardswish).
+    err = (got.double() - want).abs() - 1.5 * MMA_TOL[dtype] * bound - 2.0**-10 * want.abs()
+    assert (err <= 1e-6).all(), f"seed={seed} worst {float(err.max())}"
