@@ -17,13 +17,13 @@ namespace customconv {
 namespace {
 
 constexpr int kGroupWidth = 8;  // input and output channels of a warp's slice (an mma tile's n)
-constexpr int kWarps = 4;       // warps per block: one group each
+constexpr int kWarps = 4;       // warps per block: one 8-channel slice each
 constexpr int kTileRows = 16;   // output positions per mma tile
 constexpr int kMaxTaps = int(kGroupedMmaMaxTaps);
 constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
 
 // One call's geometry, channels_last: input (n, h, w, c), output (n, p, q, k)
-// with k == c, weight (k, r, s, 8); positions = n * p * q.
+// with k == c, weight (k, r, s, width); positions = n * p * q.
 struct Geometry {
   int h, w, c, p, q, s, taps;
   int sh, sw, ph, pw, dh, dw;
