@@ -122,6 +122,28 @@ def test_channels_last_direct_cpu_matches_torch_on_pointwise_layers(channels, ba
     assert out.is_contiguous(memory_format=torch.channels_last)
 
 
+@pytest.mark.parametrize("case", ["pointwise", "pointwise-residual-relu", "3x3"])
+def test_channels_last_direct_cpu_outputs_stored_past_the_caches(case, gen, seed):
+    # Outputs of 8 MiB or more are stored with non-temporal stores in the
+    # AVX-512 build (kStreamedOutputBytes): the same values as F.conv2d, with
+    # and without the fused epilogue.
+    k = 3 if case == "3x3" else 1
+    x = make_tensor((2, 64, 64, 64), torch.float32, "cpu", "channels_last", gen)
+    w = make_tensor((256, 64, k, k), torch.float32, "cpu", "channels_last", gen)
+    b = make_tensor((256,), torch.float32, "cpu", gen=gen)
+    want = F.conv2d(x.double(), w.double(), b.double(), 1, k // 2)
+    if case == "pointwise-residual-relu":
+        r = make_tensor(tuple(want.shape), torch.float32, "cpu", "channels_last", gen)
+        got = ops.conv2d_fused(x, w, b, [1, 1], [k // 2] * 2, [1, 1], 1, "relu", r)
+        want = torch.relu(want + r.double())
+    else:
+        got = ops.conv2d(x, w, b, [1, 1], [k // 2] * 2, [1, 1], 1)
+    assert got.numel() * 4 >= 8 << 20
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * float(want.abs().max()),
+                               msg=lambda m: f"seed={seed} {m}")
+
+
 def test_channels_last_direct_cpu_empty_batch(rng, gen, seed):
     cfg = direct_config(rng, batch=0)
     out = check_conv_case(conv2d_call(cfg), cfg, "cpu", torch.float32, gen, f"seed={seed} {cfg}")
