@@ -86,6 +86,12 @@ def cases(device: str, dtype: torch.dtype) -> Dict[str, Dict[str, Callable]]:
     add("conv2d_fused 3x3 channels_last residual relu",
         lambda x, w, b: ops.conv2d_fused(x, w, b, one, one, one, 1, "relu", res),
         lambda x, w, b: F.relu(F.conv2d(x, w, b, 1, 1) + res), (xcl, wcl, b))
+    # Grouped: 3 groups of 8 channels (the tensor-core kernel for groups of 8 on CUDA).
+    xg = mk(1, 24, 8, 8).contiguous(memory_format=torch.channels_last)
+    wg = mk(24, 8, 3, 3).contiguous(memory_format=torch.channels_last)
+    add("conv2d 3x3 grouped (3 x 8) channels_last",
+        lambda x, w, b: ops.conv2d(x, w, b, one, one, one, 3),
+        lambda x, w, b: F.conv2d(x, w, b, 1, 1, 1, 3), (xg, wg, mk(24)))
     k = mk(3, 3)
     add("filter2d 3x3", lambda x, k: ops.filter2d(x, k, "zeros"),
         lambda x, k: F.conv2d(x.reshape(-1, 1, 8, 8), k[None, None], None, 1, 1).reshape(x.shape),
