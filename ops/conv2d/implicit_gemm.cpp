@@ -345,6 +345,32 @@ at::Tensor in_format(const at::Tensor& t, const at::Tensor& input, const at::Ten
   return to_memory_format(t, conv2d_output_format(input, weight));
 }
 
+#ifdef CUSTOMCONV_WITH_SM90A
+// The Hopper forward (fprop_sm90_*) where it applies: an sm_90 device, a
+// window larger than 1x1 (strided 1x1 layers measured faster on the sm80-style
+// kernels: their reductions are a few steps long), packed NHWC input, C a
+// multiple of 128 bytes. Whether it launched (pr is left as it was).
+bool fprop_sm90(const at::Tensor& input, const implicit_gemm::ConvProblem& problem, const at::Tensor& out) {
+  const int64_t step = 128 / input.element_size();
+  if (!is_sm90(problem.device) || (problem.r == 1 && problem.s == 1) || problem.input_strides[0] != 0 ||
+      problem.c % step != 0 || problem.k % 8 != 0) {
+    return false;
+  }
+  implicit_gemm::ConvProblem pr = problem;
+  pr.split_k = implicit_gemm::wgmma_fprop_plan(pr).split;
+  at::Tensor partial;  // the slices' float32 partial outputs
+  if (pr.split_k > 1) {
+    partial = at::empty({pr.split_k, out.numel()}, input.options().dtype(at::kFloat));
+    pr.workspace = partial.mutable_data_ptr();
+  }
+  switch (input.scalar_type()) {
+    case at::kHalf: return implicit_gemm::fprop_sm90_f16(pr);
+    case at::kBFloat16: return implicit_gemm::fprop_sm90_bf16(pr);
+    default: return implicit_gemm::fprop_sm90_f32(pr);
+  }
+}
+#endif
+
 // The forward on prepared operands (channels_last input, merged groups), the
 // output channels_last. With `epilogue` (the fused forward): its residual
 // added (read as NPQK: copied into channels_last where it is stored
@@ -377,6 +403,9 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
   if (s.groups > 1) {
     pr.groups = int(s.groups);
   } else {
+#ifdef CUSTOMCONV_WITH_SM90A
+    if (fprop_sm90(input, pr, out)) return out;
+#endif
     pr.split_k = fprop_split_k(s, pr.device);
   }
   at::Tensor partial;  // the slices' float32 partial outputs

@@ -185,6 +185,37 @@ bool dgrad_f32(const ConvProblem& problem);
 bool wgrad_f16(const ConvProblem& problem);
 bool wgrad_bf16(const ConvProblem& problem);
 bool wgrad_f32(const ConvProblem& problem);
+// The Hopper forward (implicit_gemm_wgmma.cuh: our warpgroup-MMA kernel),
+// dense layers only (groups 1), packed NHWC input, C a multiple of 128 bytes,
+// K of 8; the bias, residual and activation in its epilogue, or in the
+// split-K sum (split_k > 1, workspace as for fprop_*). False (nothing
+// launched) where the build has no sm_90a code or the device is not sm_90.
+bool fprop_sm90_f16(const ConvProblem& problem);
+bool fprop_sm90_bf16(const ConvProblem& problem);
+bool fprop_sm90_f32(const ConvProblem& problem);  // TF32
+
+// The Hopper forward's block tile (positions x output channels, blocks
+// resident per multiprocessor) and reduction slices, chosen from the
+// problem's size so that the blocks fill the multiprocessors in whole waves
+// (measured on an H100 over ResNet-50's 3x3 layers at N=32):
+//   at most 64 output channels        128 x 64, 2 per SM;
+//   128 x 128 tiles fill at most half the SMs   64 x 128 (2 per SM), split in 2;
+//   ... at most all of them           128 x 128, 1 per SM;
+//   more                              64 x 128, 3 per SM.
+enum class WgmmaTile { k128x64, k64x128, k128x128, k64x128x3 };
+struct WgmmaPlan {
+  WgmmaTile tile;
+  int split;
+};
+inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr) {
+  if (pr.k <= 64) return {WgmmaTile::k128x64, 1};
+  const int64_t positions = int64_t(pr.n) * pr.p * pr.q;
+  const int64_t tiles = ((positions + 127) / 128) * ((pr.k + 127) / 128);
+  if (2 * tiles <= pr.multiprocessors) return {WgmmaTile::k64x128, 2};
+  if (tiles <= pr.multiprocessors) return {WgmmaTile::k128x128, 1};
+  return {WgmmaTile::k64x128x3, 1};
+}
+
 // The Hopper weight gradient (wgrad_tile kSm90): `weight` written in the
 // element type in one pass (split_k 1); false where the build has no sm_90a
 // code or the device is not sm_90.
