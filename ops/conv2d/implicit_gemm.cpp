@@ -357,7 +357,7 @@ bool fprop_sm90(const at::Tensor& input, const implicit_gemm::ConvProblem& probl
     return false;
   }
   implicit_gemm::ConvProblem pr = problem;
-  pr.split_k = implicit_gemm::wgmma_fprop_plan(pr).split;
+  pr.split_k = implicit_gemm::wgmma_fprop_plan(pr, int(input.element_size())).split;
   at::Tensor partial;  // the slices' float32 partial outputs
   if (pr.split_k > 1) {
     partial = at::empty({pr.split_k, out.numel()}, input.options().dtype(at::kFloat));

@@ -75,6 +75,7 @@
 #include "ops/common/activation.h"
 #include "ops/common/conv_shapes.h"
 #include "ops/common/epilogue.h"
+#include "ops/conv2d/wgmma_plan.h"
 
 namespace customconv {
 
@@ -194,26 +195,38 @@ bool fprop_sm90_f16(const ConvProblem& problem);
 bool fprop_sm90_bf16(const ConvProblem& problem);
 bool fprop_sm90_f32(const ConvProblem& problem);  // TF32
 
-// The Hopper forward's block tile (positions x output channels, blocks
-// resident per multiprocessor) and reduction slices, chosen from the
-// problem's size so that the blocks fill the multiprocessors in whole waves
-// (measured on an H100 over ResNet-50's 3x3 layers at N=32):
-//   at most 64 output channels        128 x 64, 2 per SM;
-//   128 x 128 tiles fill at most half the SMs   64 x 128 (2 per SM), split in 2;
-//   ... at most all of them           128 x 128, 1 per SM;
-//   more                              64 x 128, 3 per SM.
-enum class WgmmaTile { k128x64, k64x128, k128x128, k64x128x3 };
+// The Hopper forward's kernel and block tile (positions x output channels,
+// blocks resident per multiprocessor), its box of output positions (TMA
+// kernel) and its reduction slices, chosen from the problem's size so that
+// the blocks fill the multiprocessors in whole waves (wgmma_plan.h has the
+// measurements):
+//   reductions of 4 or more 128-byte steps a tap, strides up to 8:
+//     the TMA kernel, 128 x 128, one persistent block per SM, split in two
+//     where its tiles fill at most half the SMs;
+//   otherwise the cp.async kernel:
+//     at most 64 output channels                128 x 64, 2 per SM;
+//     128 x 128 tiles fill at most half the SMs  64 x 128 (2 per SM), split in 2;
+//     ... at most all of them                   128 x 128, 1 per SM;
+//     more                                      64 x 128, 3 per SM.
+enum class WgmmaTile { k128x64, k64x128, k128x128, k64x128x3, kTma128x128 };
 struct WgmmaPlan {
   WgmmaTile tile;
   int split;
+  Box box;  // kTma128x128 only
 };
-inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr) {
-  if (pr.k <= 64) return {WgmmaTile::k128x64, 1};
+inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
+  const int step = 128 / element_size;
+  const int64_t n_tiles = (pr.k + 127) / 128;
+  if (pr.c / step >= 4 && pr.stride_h <= 8 && pr.stride_w <= 8) {
+    const Box box = choose_box(pr.n, pr.p, pr.q, pr.stride_h, pr.stride_w, 128);
+    return {WgmmaTile::kTma128x128, 2 * box.tiles() * n_tiles <= pr.multiprocessors ? 2 : 1, box};
+  }
+  if (pr.k <= 64) return {WgmmaTile::k128x64, 1, {}};
   const int64_t positions = int64_t(pr.n) * pr.p * pr.q;
-  const int64_t tiles = ((positions + 127) / 128) * ((pr.k + 127) / 128);
-  if (2 * tiles <= pr.multiprocessors) return {WgmmaTile::k64x128, 2};
-  if (tiles <= pr.multiprocessors) return {WgmmaTile::k128x128, 1};
-  return {WgmmaTile::k64x128x3, 1};
+  const int64_t tiles = ((positions + 127) / 128) * n_tiles;
+  if (2 * tiles <= pr.multiprocessors) return {WgmmaTile::k64x128, 2, {}};
+  if (tiles <= pr.multiprocessors) return {WgmmaTile::k128x128, 1, {}};
+  return {WgmmaTile::k64x128x3, 1, {}};
 }
 
 // The Hopper weight gradient (wgrad_tile kSm90): `weight` written in the

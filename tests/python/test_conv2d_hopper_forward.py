@@ -1,8 +1,8 @@
-"""conv2d's Hopper forward (ops/conv2d/implicit_gemm_wgmma.cuh: warpgroup MMA
-on sm_90 devices): dense windows larger than 1x1 on channels_last float16,
+"""conv2d's Hopper forward (ops/conv2d/implicit_gemm_wgmma.cuh and
+implicit_gemm_wgmma_tma.cuh: warpgroup MMA on sm_90 devices): dense windows larger than 1x1 on channels_last float16,
 bfloat16 and float32 (TF32) inputs whose channels fill whole 128-byte
 reduction steps, against F.conv2d in float64, the kernel seen running in the
-profiler; each block tile of the plan (implicit_gemm.h, wgmma_fprop_plan),
+profiler; each kernel and block tile of the plan (implicit_gemm.h, wgmma_fprop_plan),
 the split-K sum, conv2d_fused's epilogue in the kernel and in the split sum,
 and a CUDA graph. Skipped on other devices, where the sm80-style kernels
 (test_conv2d_implicit_gemm.py) run these cases."""
@@ -45,7 +45,7 @@ def run_with_tf32(fn):
     finally:
         torch.backends.cudnn.allow_tf32 = saved
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return out, (any("wgmma_fprop" in n for n in names) if names else None)
+    return out, (any("implicit_gemm::wgmma" in n for n in names) if names else None)
 
 
 def check(got, x, w, b, stride, padding, dilation, dtype, ctx, residual=None, activation="identity"):
@@ -76,7 +76,7 @@ def test_hopper_forward_matches_torch_on_random_configs(dtype, idx, rng, gen, se
     dilation = tuple(rng.choice([1, 1, 2]) for _ in range(2))
     padding = tuple(rng.randint(0, (k - 1) * d // 2 + 1) for k, d in zip(kernel, dilation))
     size = tuple((k - 1) * d + 1 + rng.randint(0, 24) for k, d in zip(kernel, dilation))
-    c = step_channels(dtype) * rng.randint(1, 3)
+    c = step_channels(dtype) * rng.randint(1, 6)  # from 4 steps a tap: the TMA kernel
     k = 8 * rng.randint(1, 40)
     x = make_tensor((rng.randint(1, 3), c, *size), dtype, "cuda", "channels_last", gen)
     w = make_tensor((k, c, *kernel), dtype, "cuda", rng.choice(["contiguous", "channels_last"]), gen)
@@ -87,12 +87,17 @@ def test_hopper_forward_matches_torch_on_random_configs(dtype, idx, rng, gen, se
     check(got, x, w, b, stride, padding, dilation, dtype, ctx)
 
 
-# One layer per block tile of the plan on an H100 (132 multiprocessors; the
-# same on 114): at most 64 output channels; 128 x 128 tiles filling at most
-# half the device (split in two); at most all of it; more.
+# One layer per kernel and block tile of the plan on an H100 (132
+# multiprocessors; the same on 114), named by its 16-bit route (float32's
+# reductions are twice as many steps): the TMA kernel (4 or more steps a tap)
+# with and without the split; the cp.async kernel's tiles: at most 64 output
+# channels; 128 x 128 tiles filling at most half the device (split in two); at
+# most all of it; more.
 PLAN_LAYERS = {
+    "tma-split": (2, 256, 512, 7),
+    "tma": (32, 256, 256, 14),
     "128x64": (2, 64, 64, 20),
-    "64x128-split": (2, 256, 512, 7),
+    "64x128-split": (2, 128, 256, 7),
     "128x128": (8, 128, 256, 28),
     "64x128x3": (8, 64, 128, 56),
 }
@@ -112,7 +117,7 @@ def test_hopper_forward_plan_tiles(dtype, layer, gen, seed):
 
 @pytest.mark.parametrize("residual", [False, True], ids=["no-residual", "residual"])
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
-@pytest.mark.parametrize("layer", ["64x128-split", "128x128"])
+@pytest.mark.parametrize("layer", ["tma-split", "tma", "64x128-split", "128x128"])
 @pytest.mark.parametrize("dtype", [pytest.param(torch.float16, id="f16"), pytest.param(torch.float32, id="tf32")])
 def test_hopper_forward_fused_epilogue(dtype, layer, activation, residual, gen, seed):
     # conv2d_fused: the residual and the activation in the kernel's epilogue
@@ -128,7 +133,7 @@ def test_hopper_forward_fused_epilogue(dtype, layer, activation, residual, gen, 
     check(got, x, w, b, 1, 1, 1, dtype, ctx, r, activation)
 
 
-@pytest.mark.parametrize("layer", ["64x128-split", "64x128x3"])
+@pytest.mark.parametrize("layer", ["tma-split", "64x128-split", "64x128x3"])
 def test_hopper_forward_in_a_cuda_graph(layer, gen):
     # Stream-ordered, nothing allocated outside the caching allocator: a
     # captured forward replays on new inputs.
@@ -158,7 +163,7 @@ def test_hopper_forward_declines_what_it_does_not_take(gen):
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                 call()
                 torch.cuda.synchronize()
-            ran = any("wgmma_fprop" in e.name for e in prof.events())
+            ran = any("implicit_gemm::wgmma" in e.name for e in prof.events())
         assert ran is not True, (xs, ws, groups, dtype)
         want = F.conv2d(x.double(), w.double(), None, 1, 0, 1, groups)
         tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-2, atol=5e-2)

@@ -224,7 +224,7 @@ def test_strided_stems_run_packed_by_space_to_depth(dtype, idx, rng, gen, seed):
         for fn in packed:
             names = kernels_launched(fn)
             # (The packed forward runs on the Hopper kernel on sm_90 devices.)
-            conv_kernel = "ImplicitGemmConvolution" in names or "wgmma_fprop" in names
+            conv_kernel = "ImplicitGemmConvolution" in names or "implicit_gemm::wgmma" in names
             assert "space_to_depth" in names and conv_kernel, (ctx, names[:300])
     assert out.is_contiguous(memory_format=torch.channels_last if either_cl else torch.contiguous_format)
     assert gw.is_contiguous(memory_format=torch.channels_last if either_cl else torch.contiguous_format)

@@ -1,0 +1,304 @@
+// The forward convolution on Hopper with TMA loads: warp-specialized and
+// persistent, our own kernel behind implicit_gemm.h's fprop_sm90_* where the
+// plan allows it (implicit_gemm_wgmma_launch.cuh). No ATen here.
+//
+// The GEMM is fprop_kernel's (implicit_gemm_wgmma.cuh): rows are output
+// positions, columns output channels, the reduction in steps of one tap x
+// 128 bytes of channels. A block tile's rows are a box of output positions,
+// bw columns x bh rows x bn images (at most kM of them; the plan picks the box
+// that wastes fewest rows), so that for one tap the input it reads is a box of
+// the NHWC input too: bw * stride_w columns x bh * stride_h rows x bn images
+// x one step of channels, read every stride-th pixel, starting at the
+// output box's corner times the stride, minus the padding, plus the tap times
+// the dilation. One TMA load brings it into shared memory (zeros outside the
+// image), 128-byte swizzled as the warpgroup MMA reads it (wgmma.cuh); a
+// second brings the weight's kN output channels x the step's channels (a 2-D
+// view (K, kh*kw*C)). Neither needs registers or address arithmetic per row.
+//
+// Block: kM / 64 consumer warpgroups and one producer warp (in a warpgroup of
+// its own). The producer's lane 0 walks the block's tiles (t = blockIdx.x,
+// then strided by the grid, output-channel tile fastest) and their steps:
+// waits for a stage to be empty, announces its bytes on the stage's "full"
+// barrier and issues the two loads, which complete that barrier. Consumer
+// warpgroup g waits for "full", issues the step's four m64 x kN instructions
+// on rows 64g to 64g + 63, keeps one step in flight, and arrives on the
+// previous step's "empty" barrier once that step's instructions are done. A
+// tile's accumulators are stored straight from registers (pairs of output
+// channels), with the bias, residual and activation in float32, or as float32
+// partial sums when the reduction is split; meanwhile the producer is already
+// loading the next tile.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "ops/common/activation.h"
+#include "ops/conv2d/implicit_gemm_wgmma.cuh"
+#include "ops/conv2d/wgmma_plan.h"
+#include "ops/conv2d/wgmma.cuh"
+
+namespace customconv::implicit_gemm::wgmma_tma {
+
+using wgmma_fprop::kRowBytes;
+
+struct Args {
+  void* y;               // (n, p, q, k)
+  const void* bias;      // k, or null
+  const void* residual;  // like y, or null
+  float* partial;        // split > 1: (split, n, p, q, k) float32 partial sums, written instead of y
+  int split;             // reduction slices, each a whole number of steps
+  int n, k, p, q;        // output
+  int r, s, c;           // window and input channels
+  int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
+  int bw, bh, bn;        // the box of output positions of a tile (bw * bh * bn <= kM)
+  int tw, th, tn;        // boxes along q, p and n
+  Activation activation;
+};
+
+template <typename T, int kM, int kN, int kStages>
+struct Tile {
+  static constexpr int kConsumers = 2 * kM;  // threads
+  static constexpr int kThreads = kConsumers + 128;
+  static constexpr int kStep = kRowBytes / int(sizeof(T));
+  static constexpr int kStageA = kM * kRowBytes;
+  static constexpr int kStageBytes = kStageA + kN * kRowBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * 8 * kStages + 1024;
+  static constexpr int kRegs = kN / 2;
+};
+
+__device__ __forceinline__ void expect_bytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                        uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+template <typename T>
+__device__ __forceinline__ void store_pair(T* dst, float lo, float hi) {
+  if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
+  } else {
+    T pair[2] = {static_cast<T>(lo), static_cast<T>(hi)};
+    *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(pair);
+  }
+}
+template <typename T>
+__device__ __forceinline__ float2 load_pair(const T* src) {
+  if constexpr (std::is_same_v<T, float>) {
+    return __ldg(reinterpret_cast<const float2*>(src));
+  } else {
+    const unsigned int bits = __ldg(reinterpret_cast<const unsigned int*>(src));
+    const T* e = reinterpret_cast<const T*>(&bits);
+    return make_float2(static_cast<float>(e[0]), static_cast<float>(e[1]));
+  }
+}
+
+// Requires: c a multiple of Tile::kStep, k of 8, the maps of make_maps below,
+// Tile::kSmemBytes of dynamic shared memory, any number of blocks.
+template <typename T, int kM, int kN, int kStages, int kBlocksPerSm>
+__global__ void __launch_bounds__(2 * kM + 128, kBlocksPerSm)
+    fprop_tma_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
+                     const Args a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = Tile<T, kM, kN, kStages>;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  const uint32_t full = base + uint32_t(kStages * Cfg::kStageBytes);
+  const uint32_t empty = full + 8u * kStages;
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      wgmma::barrier_init(full + 8u * i, 1);
+      wgmma::barrier_init(empty + 8u * i, Cfg::kConsumers / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int n_tiles = (a.k + kN - 1) / kN;
+  const int boxes = a.tw * a.th * a.tn;
+  const int tiles = n_tiles * boxes * a.split;
+  const int all_steps = a.r * a.s * a.c / Cfg::kStep;
+
+  if (tid >= Cfg::kConsumers) {  // the producer: one thread
+    if (tid != Cfg::kConsumers) return;
+    const uint32_t bytes = uint32_t(a.bw * a.bh * a.bn * kRowBytes + kN * kRowBytes);
+    int it = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const int nt = t % n_tiles, box = (t / n_tiles) % boxes, z = t / (n_tiles * boxes);
+      const int ow0 = (box % a.tw) * a.bw, oh0 = ((box / a.tw) % a.th) * a.bh, n0 = (box / (a.tw * a.th)) * a.bn;
+      const int w0 = ow0 * a.stride_w - a.pad_w, h0 = oh0 * a.stride_h - a.pad_h;
+      const int first = int(int64_t(all_steps) * z / a.split);
+      const int last = int(int64_t(all_steps) * (z + 1) / a.split);
+      int lc = (first * Cfg::kStep) % a.c;
+      const int tap = (first * Cfg::kStep) / a.c;
+      int lr = tap / a.s, ls = tap - lr * a.s;
+      for (int step = first; step < last; ++step, ++it) {
+        const int st = it % kStages;
+        wgmma::barrier_wait(empty + 8u * st, ((it / kStages) & 1) ^ 1);
+        const uint32_t bar = full + 8u * st;
+        expect_bytes(bar, bytes);
+        const uint32_t sa = base + uint32_t(st * Cfg::kStageBytes);
+        load_4d(sa, &xmap, lc, w0 + ls * a.dilation_w, h0 + lr * a.dilation_h, n0, bar);
+        load_2d(sa + uint32_t(Cfg::kStageA), &wmap, step * Cfg::kStep, nt * kN, bar);
+        lc += Cfg::kStep;
+        if (lc == a.c) {
+          lc = 0;
+          if (++ls == a.s) ls = 0, ++lr;
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers.
+  const int group = tid / 128, warp = (tid & 127) >> 5, lane = tid & 31;
+  const T* bias = static_cast<const T*>(a.bias);
+  const T* residual = static_cast<const T*>(a.residual);
+  T* y = static_cast<T*>(a.y);
+  const int positions = a.n * a.p * a.q;
+  const int box_rows = a.bw * a.bh * a.bn;
+  int it = 0;
+  float acc[Cfg::kRegs];
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int nt = t % n_tiles, box = (t / n_tiles) % boxes, z = t / (n_tiles * boxes);
+    const int first = int(int64_t(all_steps) * z / a.split);
+    const int last = int(int64_t(all_steps) * (z + 1) / a.split);
+#pragma unroll
+    for (int i = 0; i < Cfg::kRegs; ++i) acc[i] = 0.f;
+    for (int step = first; step < last; ++step, ++it) {
+      const int st = it % kStages;
+      wgmma::barrier_wait(full + 8u * st, (it / kStages) & 1);
+      const uint32_t at = base + uint32_t(st * Cfg::kStageBytes + group * 64 * kRowBytes);
+      const uint32_t bt = base + uint32_t(st * Cfg::kStageBytes + Cfg::kStageA);
+      wgmma::fence_operands(acc);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        wgmma_fprop::mma_step<T>(acc, wgmma::smem_desc(at + 32 * kk), wgmma::smem_desc(bt + 32 * kk), 1);
+      }
+      wgmma::commit();
+      wgmma::wait<1>();
+      wgmma::fence_operands(acc);
+      // The previous step's instructions are done: its stage may be refilled.
+      if (step > first && lane == 0) wgmma::barrier_arrive(empty + 8u * ((it + kStages - 1) % kStages));
+    }
+    wgmma::wait<0>();
+    wgmma::fence_operands(acc);
+    if (last > first && lane == 0) wgmma::barrier_arrive(empty + 8u * ((it + kStages - 1) % kStages));
+
+    const int ow0 = (box % a.tw) * a.bw, oh0 = ((box / a.tw) % a.th) * a.bh, n0 = (box / (a.tw * a.th)) * a.bn;
+    int offs[2];  // the thread's two rows' output offsets (-1: outside)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = group * 64 + warp * 16 + (lane >> 2) + 8 * h;
+      const int bw_i = row % a.bw, bh_i = (row / a.bw) % a.bh, bn_i = row / (a.bw * a.bh);
+      const int ow = ow0 + bw_i, oh = oh0 + bh_i, nn = n0 + bn_i;
+      offs[h] = row < box_rows && ow < a.q && oh < a.p && nn < a.n ? ((nn * a.p + oh) * a.q + ow) * a.k : -1;
+    }
+    const int col0 = nt * kN + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+      const int col = col0 + 8 * j;
+      if (col >= a.k) continue;
+      float2 b = make_float2(0.f, 0.f);
+      if (bias != nullptr && a.split == 1) b = load_pair(bias + col);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (offs[h] < 0) continue;
+        const int off = offs[h] + col;
+        float lo = acc[4 * j + 2 * h], hi = acc[4 * j + 2 * h + 1];
+        if (a.split > 1) {
+          *reinterpret_cast<float2*>(a.partial + int64_t(z) * positions * a.k + off) = make_float2(lo, hi);
+          continue;
+        }
+        lo += b.x, hi += b.y;
+        if (residual != nullptr) {
+          const float2 r = load_pair(residual + off);
+          lo += r.x, hi += r.y;
+        }
+        if (a.activation != Activation::kIdentity) lo = activate(a.activation, lo), hi = activate(a.activation, hi);
+        store_pair(y + off, lo, hi);
+      }
+    }
+  }
+#endif
+}
+
+// ---------------------------------------------------------------- host side
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's tensor-map encoder, found once (null where the driver lacks it).
+inline EncodeTiled encoder() {
+  static const EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return EncodeTiled(nullptr);
+    }
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+template <typename T>
+constexpr CUtensorMapDataType map_type() {
+  if constexpr (std::is_same_v<T, __half>) return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  else return CU_TENSOR_MAP_DATA_TYPE_TFLOAT32;
+}
+
+// The input's map (a box of the tile's pixels for one step, read every
+// stride-th pixel) and the weight's (kN output channels x one step); false
+// where the driver refuses them.
+template <typename T, int kN>
+bool make_maps(CUtensorMap* xmap, CUtensorMap* wmap, const void* x, const void* w, int n, int h, int wd, int c,
+               int k, int taps, const Args& a) {
+  const EncodeTiled encode = encoder();
+  if (encode == nullptr) return false;
+  constexpr int kStep = kRowBytes / int(sizeof(T));
+  const cuuint64_t es = sizeof(T);
+  const cuuint64_t xdims[4] = {cuuint64_t(c), cuuint64_t(wd), cuuint64_t(h), cuuint64_t(n)};
+  const cuuint64_t xstrides[3] = {c * es, cuuint64_t(wd) * c * es, cuuint64_t(h) * wd * c * es};
+  const cuuint32_t xbox[4] = {cuuint32_t(kStep), cuuint32_t(a.bw * a.stride_w), cuuint32_t(a.bh * a.stride_h),
+                              cuuint32_t(a.bn)};
+  const cuuint32_t xstep[4] = {1, cuuint32_t(a.stride_w), cuuint32_t(a.stride_h), 1};
+  if (encode(xmap, map_type<T>(), 4, const_cast<void*>(x), xdims, xstrides, xbox, xstep,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    return false;
+  }
+  const cuuint64_t wdims[2] = {cuuint64_t(taps) * c, cuuint64_t(k)};
+  const cuuint64_t wstrides[1] = {cuuint64_t(taps) * c * es};
+  const cuuint32_t wbox[2] = {cuuint32_t(kStep), cuuint32_t(kN)};
+  const cuuint32_t wstep[2] = {1, 1};
+  return encode(wmap, map_type<T>(), 2, const_cast<void*>(w), wdims, wstrides, wbox, wstep,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+}  // namespace customconv::implicit_gemm::wgmma_tma
