@@ -346,18 +346,17 @@ at::Tensor in_format(const at::Tensor& t, const at::Tensor& input, const at::Ten
 }
 
 #ifdef CUSTOMCONV_WITH_SM90A
-// The Hopper forward (fprop_sm90_*) where it applies: an sm_90 device, a
-// window larger than 1x1 (strided 1x1 layers measured faster on the sm80-style
-// kernels: their reductions are a few steps long), packed NHWC input, C a
-// multiple of 128 bytes. Whether it launched (pr is left as it was).
+// The Hopper forward (fprop_sm90_*) where its plan takes the problem, on an
+// sm_90 device, for windows larger than 1x1 (1x1 layers' reductions are a
+// step or a few a tap). Whether it launched (pr is left as it was).
 bool fprop_sm90(const at::Tensor& input, const implicit_gemm::ConvProblem& problem, const at::Tensor& out) {
-  const int64_t step = 128 / input.element_size();
-  if (!is_sm90(problem.device) || (problem.r == 1 && problem.s == 1) || problem.input_strides[0] != 0 ||
-      problem.c % step != 0 || problem.k % 8 != 0) {
+  if (!is_sm90(problem.device) || (problem.r == 1 && problem.s == 1) || problem.input_strides[0] != 0) {
     return false;
   }
+  const implicit_gemm::WgmmaPlan plan = implicit_gemm::wgmma_fprop_plan(problem, int(input.element_size()));
+  if (!plan.take) return false;
   implicit_gemm::ConvProblem pr = problem;
-  pr.split_k = implicit_gemm::wgmma_fprop_plan(pr, int(input.element_size())).split;
+  pr.split_k = plan.split;
   at::Tensor partial;  // the slices' float32 partial outputs
   if (pr.split_k > 1) {
     partial = at::empty({pr.split_k, out.numel()}, input.options().dtype(at::kFloat));

@@ -186,47 +186,35 @@ bool dgrad_f32(const ConvProblem& problem);
 bool wgrad_f16(const ConvProblem& problem);
 bool wgrad_bf16(const ConvProblem& problem);
 bool wgrad_f32(const ConvProblem& problem);
-// The Hopper forward (implicit_gemm_wgmma.cuh: our warpgroup-MMA kernel),
-// dense layers only (groups 1), packed NHWC input, C a multiple of 128 bytes,
-// K of 8; the bias, residual and activation in its epilogue, or in the
-// split-K sum (split_k > 1, workspace as for fprop_*). False (nothing
-// launched) where the build has no sm_90a code or the device is not sm_90.
+// The Hopper forward (implicit_gemm_wgmma.cuh: our warpgroup-MMA kernel fed
+// by TMA), where wgmma_fprop_plan takes the problem: dense layers (groups 1),
+// packed NHWC input, C a multiple of 128 bytes, K of 8; the bias, residual and
+// activation in its epilogue, or in the split-K sum (split_k > 1, workspace as
+// for fprop_*). False (nothing launched) where the plan declines, the build
+// has no sm_90a code or the device is not sm_90.
 bool fprop_sm90_f16(const ConvProblem& problem);
 bool fprop_sm90_bf16(const ConvProblem& problem);
 bool fprop_sm90_f32(const ConvProblem& problem);  // TF32
 
-// The Hopper forward's kernel and block tile (positions x output channels,
-// blocks resident per multiprocessor), its box of output positions (TMA
-// kernel) and its reduction slices, chosen from the problem's size so that
-// the blocks fill the multiprocessors in whole waves (wgmma_plan.h has the
-// measurements):
-//   reductions of 4 or more 128-byte steps a tap, strides up to 8:
-//     the TMA kernel, 128 x 128, one persistent block per SM, split in two
-//     where its tiles fill at most half the SMs;
-//   otherwise the cp.async kernel:
-//     at most 64 output channels                128 x 64, 2 per SM;
-//     128 x 128 tiles fill at most half the SMs  64 x 128 (2 per SM), split in 2;
-//     ... at most all of them                   128 x 128, 1 per SM;
-//     more                                      64 x 128, 3 per SM.
-enum class WgmmaTile { k128x64, k64x128, k128x128, k64x128x3, kTma128x128 };
+// Whether the Hopper forward takes a problem, its box of output positions
+// per 128 x 128 tile and its reduction slices (wgmma_plan.h has the
+// measurements): small planes only, whose 128 x 128 tiles fill at most half
+// the multiprocessors, with reductions of 4 or more 128-byte steps a tap
+// (C of 256 in 16-bit, 128 in float32) and strides up to 8; their reduction
+// is split in two. Elsewhere the sm80-style kernels measured as fast or
+// faster with the L2 cache cold, as the benchmark runs them.
 struct WgmmaPlan {
-  WgmmaTile tile;
+  bool take;
   int split;
-  Box box;  // kTma128x128 only
+  Box box;
 };
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   const int step = 128 / element_size;
-  const int64_t n_tiles = (pr.k + 127) / 128;
-  if (pr.c / step >= 4 && pr.stride_h <= 8 && pr.stride_w <= 8) {
-    const Box box = choose_box(pr.n, pr.p, pr.q, pr.stride_h, pr.stride_w, 128);
-    return {WgmmaTile::kTma128x128, 2 * box.tiles() * n_tiles <= pr.multiprocessors ? 2 : 1, box};
-  }
-  if (pr.k <= 64) return {WgmmaTile::k128x64, 1, {}};
-  const int64_t positions = int64_t(pr.n) * pr.p * pr.q;
-  const int64_t tiles = ((positions + 127) / 128) * n_tiles;
-  if (2 * tiles <= pr.multiprocessors) return {WgmmaTile::k64x128, 2, {}};
-  if (tiles <= pr.multiprocessors) return {WgmmaTile::k128x128, 1, {}};
-  return {WgmmaTile::k64x128x3, 1, {}};
+  if (pr.c / step < 4 || pr.stride_h > 8 || pr.stride_w > 8) return {false, 1, {}};
+  const Box box = choose_box(pr.n, pr.p, pr.q, pr.stride_h, pr.stride_w, 128);
+  const int64_t tiles = box.tiles() * ((pr.k + 127) / 128);
+  if (2 * tiles > pr.multiprocessors) return {false, 1, {}};
+  return {true, 2, box};
 }
 
 // The Hopper weight gradient (wgrad_tile kSm90): `weight` written in the

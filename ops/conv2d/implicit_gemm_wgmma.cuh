@@ -1,30 +1,37 @@
-// The forward convolution as an implicit GEMM on Hopper's warpgroup MMA
-// (wgmma, sm_90a): our own kernel, behind implicit_gemm.h's fprop_sm90_*.
-// No ATen here, so that the kernel also builds on its own.
+// The forward convolution as an implicit GEMM on Hopper (sm_90a): warpgroup
+// MMA (wgmma) fed by TMA loads, warp-specialized and persistent; our own
+// kernel behind implicit_gemm.h's fprop_sm90_* (implicit_gemm_wgmma_launch.cuh).
+// No ATen here.
 //
 // The GEMM: rows are output positions (N*P*Q), columns output channels (K),
 // the reduction runs over (r, s, c) in steps of one tap x 128 bytes of
-// channels (64 16-bit ones, or 32 float32 ones as TF32): the NHWC input,
-// KRSC weight and NPQK output are read and written in place.
+// channels (64 16-bit ones, or 32 float32 ones as TF32: the tensor maps
+// load float32 as TF32). A block tile's rows are a box of output positions,
+// bw columns x bh rows x bn images (at most kM of them; wgmma_plan.h picks
+// the box that wastes fewest rows), so that for one tap the input it reads is a box of
+// the NHWC input too: bw * stride_w columns x bh * stride_h rows x bn images
+// x one step of channels, read every stride-th pixel, starting at the
+// output box's corner times the stride, minus the padding, plus the tap times
+// the dilation. One TMA load brings it into shared memory (zeros outside the
+// image), 128-byte swizzled as the warpgroup MMA reads it (wgmma.cuh); a
+// second brings the weight's kN output channels x the step's channels (a 2-D
+// view (K, kh*kw*C)). Neither needs registers or address arithmetic per row.
 //
-// A block of 256 threads (two warpgroups) computes 128 positions x kN output
-// channels (kN 64 or 128); warpgroup g takes the positions 64g to 64g + 63,
-// all kN channels, as wgmma m64 x kN instructions whose operands both sit in
-// shared memory. kStages steps are staged (128-byte swizzled rows, wgmma.cuh),
-// filled by cp.async: thread t copies 16-byte chunk t % 8 of rows t / 8 + 32i
-// of both operand tiles, an input row being the step's tap of its position
-// (zeros outside the image), a weight row the step's slice of its output
-// channel. Each step waits for its stage (a block-wide barrier), issues its
-// four instructions, starts the copies of the step kStages - 2 ahead into the
-// stage that the step before last read, then waits for the previous step's
-// instructions (one step's instructions stay in flight).
-//
-// Epilogue: the accumulators go through shared memory (float32), then thread
-// t writes 8 consecutive output channels of a position at a time (16-byte
-// stores), after adding the bias, the residual (same layout as the output)
-// and the activation, in float32, rounding once.
+// Block: kM / 64 consumer warpgroups and one producer warp (in a warpgroup of
+// its own). The producer's lane 0 walks the block's tiles (t = blockIdx.x,
+// then strided by the grid, output-channel tile fastest) and their steps:
+// waits for a stage to be empty, announces its bytes on the stage's "full"
+// barrier and issues the two loads, which complete that barrier. Consumer
+// warpgroup g waits for "full", issues the step's four m64 x kN instructions
+// on rows 64g to 64g + 63, keeps one step in flight, and arrives on the
+// previous step's "empty" barrier once that step's instructions are done. A
+// tile's accumulators are stored straight from registers (pairs of output
+// channels), with the bias, residual and activation in float32, or as float32
+// partial sums when the reduction is split; meanwhile the producer is already
+// loading the next tile.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -33,45 +40,14 @@
 #include <type_traits>
 
 #include "ops/common/activation.h"
-#include "ops/common/async_copy.cuh"
+#include "ops/conv2d/wgmma_plan.h"
 #include "ops/conv2d/wgmma.cuh"
 
 namespace customconv::implicit_gemm::wgmma_fprop {
 
-// What the kernel reads; sizes int32 (the launcher checks that they fit).
-struct Args {
-  const void* x;         // (n, h, w, c)
-  const void* weight;    // (k, r, s, c)
-  void* y;               // (n, p, q, k)
-  const void* bias;      // k, or null
-  const void* residual;  // like y, or null
-  float* partial;        // split > 1: (split, n, p, q, k) float32 partial sums, written instead of y
-  int split;             // reduction slices (gridDim.z), each a whole number of steps
-  int n, h, w, c, k, r, s, p, q;
-  int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
-  Activation activation;
-};
+constexpr int kRowBytes = 128;  // one reduction step of one row (a 128-byte swizzle row)
 
-constexpr int kRowBytes = 128;  // one reduction step of one row
-
-// kM positions (64 or 128: one warpgroup per 64) x kN output channels per block.
-template <typename T, int kM, int kN, int kStages>
-struct Tile {
-  static constexpr int kThreads = 2 * kM;
-  static constexpr int kRowStep = kThreads / 8;  // rows apart of one thread's copies
-  static constexpr int kRowsA = kM / kRowStep;   // 4
-  static constexpr int kRowsB = kN / kRowStep;
-  static constexpr int kStep = kRowBytes / int(sizeof(T));  // channels per reduction step
-  static constexpr int kVec = 16 / int(sizeof(T));          // elements per 16-byte chunk
-  static constexpr int kStageA = kM * kRowBytes;
-  static constexpr int kStageBytes = kStageA + kN * kRowBytes;
-  static constexpr int kEpilogueStride = kN + 8;  // floats per staged row (no bank conflicts)
-  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment
-  static_assert(kStages >= 3, "two stages ahead of the one being read");
-  static_assert(kM * kEpilogueStride * 4 <= kStages * kStageBytes, "epilogue tile fits the stages");
-  static constexpr int kRegs = kN / 2;  // accumulators per thread
-};
-
+// One k16 (k8 for TF32) instruction of an m64 x 64 or m64 x 128 tile.
 template <typename T>
 __device__ __forceinline__ void mma_step(float (&d)[32], uint64_t a, uint64_t b, int acc) {
   if constexpr (std::is_same_v<T, __half>) {
@@ -93,205 +69,260 @@ __device__ __forceinline__ void mma_step(float (&d)[64], uint64_t a, uint64_t b,
   }
 }
 
-// 8 elements (16 bytes) as float32, and back.
+
+struct Args {
+  void* y;               // (n, p, q, k)
+  const void* bias;      // k, or null
+  const void* residual;  // like y, or null
+  float* partial;        // split > 1: (split, n, p, q, k) float32 partial sums, written instead of y
+  int split;             // reduction slices, each a whole number of steps
+  int n, k, p, q;        // output
+  int r, s, c;           // window and input channels
+  int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
+  int bw, bh, bn;        // the box of output positions of a tile (bw * bh * bn <= kM)
+  int tw, th, tn;        // boxes along q, p and n
+  Activation activation;
+};
+
+template <typename T, int kM, int kN, int kStages>
+struct Tile {
+  static constexpr int kConsumers = 2 * kM;  // threads
+  static constexpr int kThreads = kConsumers + 128;
+  static constexpr int kStep = kRowBytes / int(sizeof(T));
+  static constexpr int kStageA = kM * kRowBytes;
+  static constexpr int kStageBytes = kStageA + kN * kRowBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * 8 * kStages + 1024;
+  static constexpr int kRegs = kN / 2;
+};
+
+__device__ __forceinline__ void expect_bytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                        uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
 template <typename T>
-__device__ __forceinline__ void load8(const T* src, float (&v)[8]) {
+__device__ __forceinline__ void store_pair(T* dst, float lo, float hi) {
   if constexpr (std::is_same_v<T, float>) {
-    const float4 a = __ldg(reinterpret_cast<const float4*>(src));
-    const float4 b = __ldg(reinterpret_cast<const float4*>(src) + 1);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
   } else {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(src));
-    const T* e = reinterpret_cast<const T*>(&u);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = static_cast<float>(e[i]);
+    T pair[2] = {static_cast<T>(lo), static_cast<T>(hi)};
+    *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(pair);
   }
 }
 template <typename T>
-__device__ __forceinline__ void store8(T* dst, const float (&v)[8]) {
+__device__ __forceinline__ float2 load_pair(const T* src) {
   if constexpr (std::is_same_v<T, float>) {
-    reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
-    reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    return __ldg(reinterpret_cast<const float2*>(src));
   } else {
-    uint4 u;
-    T* e = reinterpret_cast<T*>(&u);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) e[i] = static_cast<T>(v[i]);
-    *reinterpret_cast<uint4*>(dst) = u;
+    const unsigned int bits = __ldg(reinterpret_cast<const unsigned int*>(src));
+    const T* e = reinterpret_cast<const T*>(&bits);
+    return make_float2(static_cast<float>(e[0]), static_cast<float>(e[1]));
   }
 }
 
-// Requires: c a multiple of Tile::kStep, k of 8, 16-byte aligned tensors,
-// grid (ceil(k / kN), ceil(n*p*q / kM)), Tile::kSmemBytes of dynamic shared memory.
+// Requires: c a multiple of Tile::kStep, k of 8, the maps of make_maps below,
+// Tile::kSmemBytes of dynamic shared memory, any number of blocks.
 template <typename T, int kM, int kN, int kStages, int kBlocksPerSm>
-__global__ void __launch_bounds__(2 * kM, kBlocksPerSm) fprop_kernel(const Args a) {
+__global__ void __launch_bounds__(2 * kM + 128, kBlocksPerSm)
+    fprop_tma_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
+                     const Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Tile<T, kM, kN, kStages>;
-  constexpr int kThreads = Cfg::kThreads, kRowStep = Cfg::kRowStep;
-  constexpr int kRowsA = Cfg::kRowsA, kRowsB = Cfg::kRowsB;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t base = (raw + 1023u) & ~1023u;
-  float* staged = reinterpret_cast<float*>(smem_raw + (base - raw));
-
+  const uint32_t full = base + uint32_t(kStages * Cfg::kStageBytes);
+  const uint32_t empty = full + 8u * kStages;
   const int tid = threadIdx.x;
-  const int n0 = blockIdx.x * kN;
-  const int m0 = blockIdx.y * kM;
-  const int positions = a.n * a.p * a.q;
-  const int chunk = tid & 7;
-  const int row0 = tid >> 3;
-  const uint32_t swizzled = uint32_t(row0 * kRowBytes + ((chunk ^ (row0 & 7)) << 4));
-
-  const T* x = static_cast<const T*>(a.x);
-  const T* wt = static_cast<const T*>(a.weight);
-  // The input rows this thread copies: the image's offset and the window's
-  // top-left corner (far outside for rows past the end, so every tap misses).
-  int img[kRowsA], ih0[kRowsA], iw0[kRowsA];
-#pragma unroll
-  for (int i = 0; i < kRowsA; ++i) {
-    const int m = m0 + row0 + kRowStep * i;
-    img[i] = 0, ih0[i] = -(1 << 29), iw0[i] = 0;
-    if (m < positions) {
-      const int pq = a.p * a.q;
-      const int nn = m / pq;
-      const int rem = m - nn * pq;
-      const int oh = rem / a.q;
-      const int ow = rem - oh * a.q;
-      img[i] = nn * a.h * a.w * a.c + chunk * Cfg::kVec;
-      ih0[i] = oh * a.stride_h - a.pad_h;
-      iw0[i] = ow * a.stride_w - a.pad_w;
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      wgmma::barrier_init(full + 8u * i, 1);
+      wgmma::barrier_init(empty + 8u * i, Cfg::kConsumers / 32);
     }
-  }
-  const int taps_c = a.r * a.s * a.c;
-  int wrow[kRowsB];
-#pragma unroll
-  for (int i = 0; i < kRowsB; ++i) {
-    const int ko = n0 + row0 + kRowStep * i;
-    wrow[i] = ko < a.k ? ko * taps_c + chunk * Cfg::kVec : -1;
-  }
-
-  // This slice's steps [first, last); the next one to copy, its tap (lr, ls) and first channel lc.
-  const int all_steps = taps_c / Cfg::kStep;
-  const int first = int(int64_t(all_steps) * blockIdx.z / a.split);
-  const int last = int(int64_t(all_steps) * (blockIdx.z + 1) / a.split);
-  const int steps = last - first;
-  int next = first, lc = (first * Cfg::kStep) % a.c;
-  const int tap = (first * Cfg::kStep) / a.c;
-  int lr = tap / a.s, ls = tap - lr * a.s;
-  auto copy_step = [&]() {
-    const uint32_t st = base + uint32_t(((next - first) % kStages) * Cfg::kStageBytes);
-#pragma unroll
-    for (int i = 0; i < kRowsA; ++i) {
-      const int ih = ih0[i] + lr * a.dilation_h;
-      const int iw = iw0[i] + ls * a.dilation_w;
-      const bool in = unsigned(ih) < unsigned(a.h) && unsigned(iw) < unsigned(a.w);
-      const T* src = in ? x + img[i] + (ih * a.w + iw) * a.c + lc : x;
-      copy_async_16(st + swizzled + uint32_t(i * kRowStep * kRowBytes), src, in ? 16 : 0);
-    }
-#pragma unroll
-    for (int i = 0; i < kRowsB; ++i) {
-      const bool in = wrow[i] >= 0;
-      const T* src = in ? wt + wrow[i] + next * Cfg::kStep : wt;
-      copy_async_16(st + uint32_t(Cfg::kStageA) + swizzled + uint32_t(i * kRowStep * kRowBytes), src,
-                    in ? 16 : 0);
-    }
-    ++next;
-    lc += Cfg::kStep;
-    if (lc == a.c) {
-      lc = 0;
-      if (++ls == a.s) ls = 0, ++lr;
-    }
-  };
-
-  // kStages - 2 steps copied ahead, one step's instructions in flight.
-#pragma unroll
-  for (int i = 0; i < kStages - 2; ++i) {
-    if (next < last) copy_step();
-    copy_async_commit();
-  }
-
-  float acc[Cfg::kRegs];
-#pragma unroll
-  for (int i = 0; i < Cfg::kRegs; ++i) acc[i] = 0.f;
-  const int group = tid / 128;
-  for (int step = 0; step < steps; ++step) {
-    copy_async_wait<kStages - 3>();
-    wgmma::fence_proxy_async();
-    __syncthreads();
-    const uint32_t st = base + uint32_t((step % kStages) * Cfg::kStageBytes);
-    const uint32_t at = st + uint32_t(group * 64 * kRowBytes);
-    const uint32_t bt = st + uint32_t(Cfg::kStageA);
-    wgmma::fence_operands(acc);
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      mma_step<T>(acc, wgmma::smem_desc(at + 32 * kk), wgmma::smem_desc(bt + 32 * kk), step > 0 || kk > 0);
-    }
-    wgmma::commit();
-    // The stage step - 2 read: every thread waited for its instructions
-    // before the barrier above.
-    if (next < last) copy_step();
-    copy_async_commit();
-    wgmma::wait<1>();
-    wgmma::fence_operands(acc);
-  }
-  wgmma::wait<0>();
-  wgmma::fence_operands(acc);
-  copy_async_wait_all();
-  __syncthreads();  // every stage read: the epilogue's tile takes their place
-
-  {
-    const int warp = (tid & 127) >> 5, lane = tid & 31;
-    const int row = group * 64 + warp * 16 + (lane >> 2);
-    const int col = 2 * (lane & 3);
-#pragma unroll
-    for (int j = 0; j < kN / 8; ++j) {
-      *reinterpret_cast<float2*>(staged + row * Cfg::kEpilogueStride + 8 * j + col) =
-          make_float2(acc[4 * j], acc[4 * j + 1]);
-      *reinterpret_cast<float2*>(staged + (row + 8) * Cfg::kEpilogueStride + 8 * j + col) =
-          make_float2(acc[4 * j + 2], acc[4 * j + 3]);
-    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  T* y = static_cast<T*>(a.y);
+
+  const int n_tiles = (a.k + kN - 1) / kN;
+  const int boxes = a.tw * a.th * a.tn;
+  const int tiles = n_tiles * boxes * a.split;
+  const int all_steps = a.r * a.s * a.c / Cfg::kStep;
+
+  if (tid >= Cfg::kConsumers) {  // the producer: one thread
+    if (tid != Cfg::kConsumers) return;
+    const uint32_t bytes = uint32_t(a.bw * a.bh * a.bn * kRowBytes + kN * kRowBytes);
+    int it = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const int nt = t % n_tiles, box = (t / n_tiles) % boxes, z = t / (n_tiles * boxes);
+      const int ow0 = (box % a.tw) * a.bw, oh0 = ((box / a.tw) % a.th) * a.bh, n0 = (box / (a.tw * a.th)) * a.bn;
+      const int w0 = ow0 * a.stride_w - a.pad_w, h0 = oh0 * a.stride_h - a.pad_h;
+      const int first = int(int64_t(all_steps) * z / a.split);
+      const int last = int(int64_t(all_steps) * (z + 1) / a.split);
+      int lc = (first * Cfg::kStep) % a.c;
+      const int tap = (first * Cfg::kStep) / a.c;
+      int lr = tap / a.s, ls = tap - lr * a.s;
+      for (int step = first; step < last; ++step, ++it) {
+        const int st = it % kStages;
+        wgmma::barrier_wait(empty + 8u * st, ((it / kStages) & 1) ^ 1);
+        const uint32_t bar = full + 8u * st;
+        expect_bytes(bar, bytes);
+        const uint32_t sa = base + uint32_t(st * Cfg::kStageBytes);
+        load_4d(sa, &xmap, lc, w0 + ls * a.dilation_w, h0 + lr * a.dilation_h, n0, bar);
+        load_2d(sa + uint32_t(Cfg::kStageA), &wmap, step * Cfg::kStep, nt * kN, bar);
+        lc += Cfg::kStep;
+        if (lc == a.c) {
+          lc = 0;
+          if (++ls == a.s) ls = 0, ++lr;
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers.
+  const int group = tid / 128, warp = (tid & 127) >> 5, lane = tid & 31;
   const T* bias = static_cast<const T*>(a.bias);
   const T* residual = static_cast<const T*>(a.residual);
-  constexpr int kChunks = kN / 8;
-#pragma unroll 2
-  for (int idx = tid; idx < kM * kChunks; idx += kThreads) {
-    const int row = idx / kChunks, ch = idx % kChunks;
-    const int m = m0 + row, ko = n0 + 8 * ch;
-    if (m >= positions || ko >= a.k) continue;
-    float v[8];
-    const float4 lo = *reinterpret_cast<const float4*>(staged + row * Cfg::kEpilogueStride + 8 * ch);
-    const float4 hi = *reinterpret_cast<const float4*>(staged + row * Cfg::kEpilogueStride + 8 * ch + 4);
-    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-    const int off = m * a.k + ko;
-    if (a.split > 1) {
-      float* dst = a.partial + int64_t(blockIdx.z) * positions * a.k + off;
-      reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
-      reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
-      continue;
-    }
-    if (bias != nullptr) {
-      float b[8];
-      load8(bias + ko, b);
+  T* y = static_cast<T*>(a.y);
+  const int positions = a.n * a.p * a.q;
+  const int box_rows = a.bw * a.bh * a.bn;
+  int it = 0;
+  float acc[Cfg::kRegs];
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int nt = t % n_tiles, box = (t / n_tiles) % boxes, z = t / (n_tiles * boxes);
+    const int first = int(int64_t(all_steps) * z / a.split);
+    const int last = int(int64_t(all_steps) * (z + 1) / a.split);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] += b[i];
-    }
-    if (residual != nullptr) {
-      float r[8];
-      load8(residual + off, r);
+    for (int i = 0; i < Cfg::kRegs; ++i) acc[i] = 0.f;
+    for (int step = first; step < last; ++step, ++it) {
+      const int st = it % kStages;
+      wgmma::barrier_wait(full + 8u * st, (it / kStages) & 1);
+      const uint32_t at = base + uint32_t(st * Cfg::kStageBytes + group * 64 * kRowBytes);
+      const uint32_t bt = base + uint32_t(st * Cfg::kStageBytes + Cfg::kStageA);
+      wgmma::fence_operands(acc);
+      wgmma::fence();
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] += r[i];
+      for (int kk = 0; kk < 4; ++kk) {
+        mma_step<T>(acc, wgmma::smem_desc(at + 32 * kk), wgmma::smem_desc(bt + 32 * kk), 1);
+      }
+      wgmma::commit();
+      wgmma::wait<1>();
+      wgmma::fence_operands(acc);
+      // The previous step's instructions are done: its stage may be refilled.
+      if (step > first && lane == 0) wgmma::barrier_arrive(empty + 8u * ((it + kStages - 1) % kStages));
     }
-    if (a.activation != Activation::kIdentity) {
+    wgmma::wait<0>();
+    wgmma::fence_operands(acc);
+    if (last > first && lane == 0) wgmma::barrier_arrive(empty + 8u * ((it + kStages - 1) % kStages));
+
+    const int ow0 = (box % a.tw) * a.bw, oh0 = ((box / a.tw) % a.th) * a.bh, n0 = (box / (a.tw * a.th)) * a.bn;
+    int offs[2];  // the thread's two rows' output offsets (-1: outside)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = activate(a.activation, v[i]);
+    for (int h = 0; h < 2; ++h) {
+      const int row = group * 64 + warp * 16 + (lane >> 2) + 8 * h;
+      const int bw_i = row % a.bw, bh_i = (row / a.bw) % a.bh, bn_i = row / (a.bw * a.bh);
+      const int ow = ow0 + bw_i, oh = oh0 + bh_i, nn = n0 + bn_i;
+      offs[h] = row < box_rows && ow < a.q && oh < a.p && nn < a.n ? ((nn * a.p + oh) * a.q + ow) * a.k : -1;
     }
-    store8(y + off, v);
+    const int col0 = nt * kN + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+      const int col = col0 + 8 * j;
+      if (col >= a.k) continue;
+      float2 b = make_float2(0.f, 0.f);
+      if (bias != nullptr && a.split == 1) b = load_pair(bias + col);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (offs[h] < 0) continue;
+        const int off = offs[h] + col;
+        float lo = acc[4 * j + 2 * h], hi = acc[4 * j + 2 * h + 1];
+        if (a.split > 1) {
+          *reinterpret_cast<float2*>(a.partial + int64_t(z) * positions * a.k + off) = make_float2(lo, hi);
+          continue;
+        }
+        lo += b.x, hi += b.y;
+        if (residual != nullptr) {
+          const float2 r = load_pair(residual + off);
+          lo += r.x, hi += r.y;
+        }
+        if (a.activation != Activation::kIdentity) lo = activate(a.activation, lo), hi = activate(a.activation, hi);
+        store_pair(y + off, lo, hi);
+      }
+    }
   }
 #endif
+}
+
+// ---------------------------------------------------------------- host side
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's tensor-map encoder, found once (null where the driver lacks it).
+inline EncodeTiled encoder() {
+  static const EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return EncodeTiled(nullptr);
+    }
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+template <typename T>
+constexpr CUtensorMapDataType map_type() {
+  if constexpr (std::is_same_v<T, __half>) return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  else return CU_TENSOR_MAP_DATA_TYPE_TFLOAT32;
+}
+
+// The input's map (a box of the tile's pixels for one step, read every
+// stride-th pixel) and the weight's (kN output channels x one step); false
+// where the driver refuses them.
+template <typename T, int kN>
+bool make_maps(CUtensorMap* xmap, CUtensorMap* wmap, const void* x, const void* w, int n, int h, int wd, int c,
+               int k, int taps, const Args& a) {
+  const EncodeTiled encode = encoder();
+  if (encode == nullptr) return false;
+  constexpr int kStep = kRowBytes / int(sizeof(T));
+  const cuuint64_t es = sizeof(T);
+  const cuuint64_t xdims[4] = {cuuint64_t(c), cuuint64_t(wd), cuuint64_t(h), cuuint64_t(n)};
+  const cuuint64_t xstrides[3] = {c * es, cuuint64_t(wd) * c * es, cuuint64_t(h) * wd * c * es};
+  const cuuint32_t xbox[4] = {cuuint32_t(kStep), cuuint32_t(a.bw * a.stride_w), cuuint32_t(a.bh * a.stride_h),
+                              cuuint32_t(a.bn)};
+  const cuuint32_t xstep[4] = {1, cuuint32_t(a.stride_w), cuuint32_t(a.stride_h), 1};
+  if (encode(xmap, map_type<T>(), 4, const_cast<void*>(x), xdims, xstrides, xbox, xstep,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    return false;
+  }
+  const cuuint64_t wdims[2] = {cuuint64_t(taps) * c, cuuint64_t(k)};
+  const cuuint64_t wstrides[1] = {cuuint64_t(taps) * c * es};
+  const cuuint32_t wbox[2] = {cuuint32_t(kStep), cuuint32_t(kN)};
+  const cuuint32_t wstep[2] = {1, 1};
+  return encode(wmap, map_type<T>(), 2, const_cast<void*>(w), wdims, wstrides, wbox, wstep,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 }  // namespace customconv::implicit_gemm::wgmma_fprop

@@ -1,7 +1,7 @@
 // The launcher of the Hopper forward kernel (implicit_gemm_wgmma.cuh) for
-// implicit_gemm.h's fprop_sm90_*: the plan's tile, the kernel's fit on the
-// device (cached), the launch on the problem's stream, and the split-K sum.
-// Included by translation units compiled for sm_90a only.
+// implicit_gemm.h's fprop_sm90_*: the plan's box, the tensor maps, the
+// kernel's fit on the device (cached), the launch on the problem's stream,
+// and the split-K sum. Included by translation units compiled for sm_90a only.
 #pragma once
 
 #include <c10/cuda/CUDAException.h>
@@ -12,36 +12,27 @@
 #include "ops/common/kernel_fit.h"
 #include "ops/conv2d/implicit_gemm.h"
 #include "ops/conv2d/implicit_gemm_wgmma.cuh"
-#include "ops/conv2d/implicit_gemm_wgmma_tma.cuh"
 #include "ops/conv2d/split_k_sum.cuh"
 
 namespace customconv::implicit_gemm {
 
-template <typename T, int kM, int kN, int kStages, int kBlocksPerSm>
-bool launch_wgmma_fprop(const ConvProblem& pr, const wgmma_fprop::Args& args) {
+// T: __half, __nv_bfloat16 or float (TF32). False (nothing launched) where
+// the plan declines the problem, the device cannot run the kernel or the
+// driver refuses the tensor maps.
+template <typename T>
+bool fprop_wgmma(const ConvProblem& pr) {
+  constexpr int kM = 128, kN = 128, kStages = 4;
   using Cfg = wgmma_fprop::Tile<T, kM, kN, kStages>;
-  const auto kernel = &wgmma_fprop::fprop_kernel<T, kM, kN, kStages, kBlocksPerSm>;
+  const WgmmaPlan plan = wgmma_fprop_plan(pr, int(sizeof(T)));
+  if (!plan.take || pr.groups != 1 || pr.c % Cfg::kStep != 0 || pr.k % 8 != 0 || pr.input_strides[0] != 0 ||
+      pr.split_k != plan.split || (pr.split_k > 1 && pr.workspace == nullptr)) {
+    return false;
+  }
+  const auto kernel = &wgmma_fprop::fprop_tma_kernel<T, kM, kN, kStages, 1>;
   static CachedKernelFit fit(reinterpret_cast<const void*>(kernel),
                              KernelNeeds{90, Cfg::kThreads, size_t(Cfg::kSmemBytes)});
   if (!fit.on(pr.device)) return false;
-  const int64_t positions = int64_t(pr.n) * pr.p * pr.q;
-  const dim3 grid(unsigned((pr.k + kN - 1) / kN), unsigned((positions + kM - 1) / kM), unsigned(args.split));
-  if (grid.y > 65535u) return false;
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(pr.stream)>>>(args);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return true;
-}
-
-// The TMA kernel on the plan's box, persistent: a block per multiprocessor
-// at most. False (nothing launched) where the driver refuses the tensor maps.
-template <typename T, int kM, int kN, int kStages>
-bool launch_wgmma_tma(const ConvProblem& pr, const WgmmaPlan& plan) {
-  using Cfg = wgmma_tma::Tile<T, kM, kN, kStages>;
-  const auto kernel = &wgmma_tma::fprop_tma_kernel<T, kM, kN, kStages, 1>;
-  static CachedKernelFit fit(reinterpret_cast<const void*>(kernel),
-                             KernelNeeds{90, Cfg::kThreads, size_t(Cfg::kSmemBytes)});
-  if (!fit.on(pr.device)) return false;
-  wgmma_tma::Args a{};
+  wgmma_fprop::Args a{};
   a.y = pr.output, a.bias = pr.bias, a.residual = pr.residual, a.activation = pr.activation;
   a.partial = static_cast<float*>(pr.workspace), a.split = pr.split_k;
   a.n = pr.n, a.k = pr.k, a.p = pr.p, a.q = pr.q, a.r = pr.r, a.s = pr.s, a.c = pr.c;
@@ -50,47 +41,16 @@ bool launch_wgmma_tma(const ConvProblem& pr, const WgmmaPlan& plan) {
   const Box& box = plan.box;
   a.bw = box.bw, a.bh = box.bh, a.bn = box.bn, a.tw = box.tw, a.th = box.th, a.tn = box.tn;
   CUtensorMap xmap, wmap;
-  if (!wgmma_tma::make_maps<T, kN>(&xmap, &wmap, pr.input, pr.weight, pr.n, pr.h, pr.w, pr.c, pr.k,
-                                   pr.r * pr.s, a)) {
+  if (!wgmma_fprop::make_maps<T, kN>(&xmap, &wmap, pr.input, pr.weight, pr.n, pr.h, pr.w, pr.c, pr.k,
+                                     pr.r * pr.s, a)) {
     return false;
   }
   const int64_t tiles = box.tiles() * ((pr.k + kN - 1) / kN) * pr.split_k;
   const unsigned blocks = unsigned(std::min<int64_t>(tiles, fit.on(pr.device).resident_blocks()));
   kernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(pr.stream)>>>(xmap, wmap, a);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (pr.split_k > 1) launch_sum_slices<T>(pr);
   return true;
-}
-
-// T: __half, __nv_bfloat16 or float (TF32).
-template <typename T>
-bool fprop_wgmma(const ConvProblem& pr) {
-  constexpr int kStep = wgmma_fprop::kRowBytes / int(sizeof(T));
-  const int64_t steps = int64_t(pr.r) * pr.s * pr.c / kStep;
-  if (pr.groups != 1 || pr.c % kStep != 0 || pr.k % 8 != 0 || pr.input_strides[0] != 0 ||
-      pr.split_k < 1 || pr.split_k > steps || (pr.split_k > 1 && pr.workspace == nullptr)) {
-    return false;
-  }
-  wgmma_fprop::Args a{};
-  a.x = pr.input, a.weight = pr.weight, a.y = pr.output, a.bias = pr.bias;
-  a.residual = pr.residual, a.activation = pr.activation;
-  a.partial = static_cast<float*>(pr.workspace), a.split = pr.split_k;
-  a.n = pr.n, a.h = pr.h, a.w = pr.w, a.c = pr.c, a.k = pr.k, a.r = pr.r, a.s = pr.s, a.p = pr.p, a.q = pr.q;
-  a.pad_h = pr.pad_h, a.pad_w = pr.pad_w, a.stride_h = pr.stride_h, a.stride_w = pr.stride_w;
-  a.dilation_h = pr.dilation_h, a.dilation_w = pr.dilation_w;
-  bool launched = false;
-  const WgmmaPlan plan = wgmma_fprop_plan(pr, int(sizeof(T)));
-  switch (plan.tile) {
-    case WgmmaTile::kTma128x128:
-      launched = launch_wgmma_tma<T, 128, 128, 4>(pr, plan) ||
-                 launch_wgmma_fprop<T, 128, 128, 4, 1>(pr, a);  // (maps refused)
-      break;
-    case WgmmaTile::k128x64: launched = launch_wgmma_fprop<T, 128, 64, 4, 2>(pr, a); break;
-    case WgmmaTile::k64x128: launched = launch_wgmma_fprop<T, 64, 128, 4, 2>(pr, a); break;
-    case WgmmaTile::k128x128: launched = launch_wgmma_fprop<T, 128, 128, 4, 1>(pr, a); break;
-    case WgmmaTile::k64x128x3: launched = launch_wgmma_fprop<T, 64, 128, 3, 3>(pr, a); break;
-  }
-  if (launched && pr.split_k > 1) launch_sum_slices<T>(pr);
-  return launched;
 }
 
 }  // namespace customconv::implicit_gemm

@@ -1,15 +1,6 @@
-// The Hopper forward's plan, host arithmetic only (no CUDA here): which of our
-// warpgroup-MMA kernels runs a problem (implicit_gemm_wgmma.cuh,
-// implicit_gemm_wgmma_tma.cuh), its block tile and its reduction slices.
-// Measured on an H100 over ResNet-50's 3x3 layers at N=32 (float16, one
-// kernel alone in a loop, us; cuDNN's channels_last kernels in brackets):
-//   C=K=64 at 56x56: 128 x 64 cp.async tiles, 2 blocks per SM     31 (27)
-//   C=K=128 at 28x28: 64 x 128 cp.async tiles, 3 per SM           25 (21)
-//   C=K=256 at 14x14: TMA 128 x 128, 98 tiles                     22 (21)
-//   C=K=512 at 7x7: TMA 128 x 128 split in two                    18 (20)
-// TMA loads win where a tap's reduction is 4 or more steps long (C of 256 in
-// 16-bit); on shorter ones each tile's fixed costs dominate and several
-// cp.async blocks per multiprocessor hide them better.
+// The Hopper forward's box of output positions (implicit_gemm_wgmma.cuh),
+// host arithmetic only (no CUDA here); implicit_gemm.h's wgmma_fprop_plan
+// decides where the kernel runs.
 #pragma once
 
 #include <cstdint>
