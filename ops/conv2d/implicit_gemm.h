@@ -197,24 +197,21 @@ bool fprop_sm90_bf16(const ConvProblem& problem);
 bool fprop_sm90_f32(const ConvProblem& problem);  // TF32
 
 // Whether the Hopper forward takes a problem, its box of output positions
-// per 128 x 128 tile and its reduction slices (wgmma_plan.h has the
-// measurements): small planes only, whose 128 x 128 tiles fill at most half
-// the multiprocessors, with reductions of 4 or more 128-byte steps a tap
-// (C of 256 in 16-bit, 128 in float32) and strides up to 8; their reduction
-// is split in two. Elsewhere the sm80-style kernels measured as fast or
-// faster with the L2 cache cold, as the benchmark runs them.
+// per 128 x 128 tile and its reduction slices: 256 or more input channels (4
+// or more 128-byte reduction steps a tap in 16-bit, 8 in float32) and strides
+// up to 8; the reduction split in two where the tiles fill at most half the
+// multiprocessors. Layers with fewer channels keep the sm80-style kernels,
+// which measured faster there (bench/NOTES.md).
 struct WgmmaPlan {
   bool take;
   int split;
   Box box;
 };
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
-  const int step = 128 / element_size;
-  if (pr.c / step < 4 || pr.stride_h > 8 || pr.stride_w > 8) return {false, 1, {}};
+  if (pr.c < 256 || pr.c * element_size % 128 != 0 || pr.stride_h > 8 || pr.stride_w > 8) return {false, 1, {}};
   const Box box = choose_box(pr.n, pr.p, pr.q, pr.stride_h, pr.stride_w, 128);
   const int64_t tiles = box.tiles() * ((pr.k + 127) / 128);
-  if (2 * tiles > pr.multiprocessors) return {false, 1, {}};
-  return {true, 2, box};
+  return {true, 2 * tiles <= pr.multiprocessors ? 2 : 1, box};
 }
 
 // The Hopper weight gradient (wgrad_tile kSm90): `weight` written in the
