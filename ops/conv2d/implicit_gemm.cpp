@@ -346,7 +346,7 @@ at::Tensor in_format(const at::Tensor& t, const at::Tensor& input, const at::Ten
 }
 
 #ifdef CUSTOMCONV_WITH_SM90A
-// The Hopper forward (fprop_sm90_*) where its plan takes the problem, on an
+// The Hopper forward (fprop_sm90_f32) where its plan takes the problem, on an
 // sm_90 device, for windows larger than 1x1 (1x1 layers' reductions are a
 // step or a few a tap). Whether it launched (pr is left as it was).
 bool fprop_sm90(const at::Tensor& input, const implicit_gemm::ConvProblem& problem, const at::Tensor& out) {
@@ -362,11 +362,7 @@ bool fprop_sm90(const at::Tensor& input, const implicit_gemm::ConvProblem& probl
     partial = at::empty({pr.split_k, out.numel()}, input.options().dtype(at::kFloat));
     pr.workspace = partial.mutable_data_ptr();
   }
-  switch (input.scalar_type()) {
-    case at::kHalf: return implicit_gemm::fprop_sm90_f16(pr);
-    case at::kBFloat16: return implicit_gemm::fprop_sm90_bf16(pr);
-    default: return implicit_gemm::fprop_sm90_f32(pr);
-  }
+  return implicit_gemm::fprop_sm90_f32(pr);
 }
 #endif
 

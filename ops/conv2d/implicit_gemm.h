@@ -187,28 +187,31 @@ bool wgrad_f16(const ConvProblem& problem);
 bool wgrad_bf16(const ConvProblem& problem);
 bool wgrad_f32(const ConvProblem& problem);
 // The Hopper forward (implicit_gemm_wgmma.cuh: our warpgroup-MMA kernel fed
-// by TMA), where wgmma_fprop_plan takes the problem: dense layers (groups 1),
-// packed NHWC input, C a multiple of 128 bytes, K of 8; the bias, residual and
-// activation in its epilogue, or in the split-K sum (split_k > 1, workspace as
-// for fprop_*). False (nothing launched) where the plan declines, the build
-// has no sm_90a code or the device is not sm_90.
-bool fprop_sm90_f16(const ConvProblem& problem);
-bool fprop_sm90_bf16(const ConvProblem& problem);
-bool fprop_sm90_f32(const ConvProblem& problem);  // TF32
+// by TMA) in float32 as TF32, where wgmma_fprop_plan takes the problem: dense
+// layers (groups 1), packed NHWC input, K a multiple of 8; the bias, residual
+// and activation in its epilogue, or in the split-K sum (split_k > 1,
+// workspace as for fprop_*). False (nothing launched) where the plan
+// declines, the build has no sm_90a code or the device is not sm_90.
+bool fprop_sm90_f32(const ConvProblem& problem);
 
 // Whether the Hopper forward takes a problem, its box of output positions
-// per 128 x 128 tile and its reduction slices: 256 or more input channels (4
-// or more 128-byte reduction steps a tap in 16-bit, 8 in float32) and strides
+// per 128 x 128 tile and its reduction slices: float32 under TF32 with 256 or
+// more input channels (8 or more 128-byte reduction steps a tap) and strides
 // up to 8; the reduction split in two where the tiles fill at most half the
-// multiprocessors. Layers with fewer channels keep the sm80-style kernels,
-// which measured faster there (bench/NOTES.md).
+// multiprocessors. On an H100, with the L2 cache evicted before each call (as
+// bench.py times), it took ResNet-50's 256- and 512-channel 3x3 layers at N=32
+// from 46-56 us to 43-46 (cuDNN 32-40). In 16-bit, and below 256 channels,
+// the sm80-style kernels measured as fast or faster that way, and keep those
+// layers (bench/NOTES.md).
 struct WgmmaPlan {
   bool take;
   int split;
   Box box;
 };
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
-  if (pr.c < 256 || pr.c * element_size % 128 != 0 || pr.stride_h > 8 || pr.stride_w > 8) return {false, 1, {}};
+  if (element_size != 4 || pr.c < 256 || pr.c % 32 != 0 || pr.stride_h > 8 || pr.stride_w > 8) {
+    return {false, 1, {}};
+  }
   const Box box = choose_box(pr.n, pr.p, pr.q, pr.stride_h, pr.stride_w, 128);
   const int64_t tiles = box.tiles() * ((pr.k + 127) / 128);
   return {true, 2 * tiles <= pr.multiprocessors ? 2 : 1, box};

@@ -1,6 +1,6 @@
 // The forward convolution as an implicit GEMM on Hopper (sm_90a): warpgroup
 // MMA (wgmma) fed by TMA loads, warp-specialized and persistent; our own
-// kernel behind implicit_gemm.h's fprop_sm90_* (implicit_gemm_wgmma_launch.cuh).
+// kernel behind implicit_gemm.h's fprop_sm90_f32 (implicit_gemm_wgmma_launch.cuh).
 // No ATen here.
 //
 // The GEMM: rows are output positions (N*P*Q), columns output channels (K),

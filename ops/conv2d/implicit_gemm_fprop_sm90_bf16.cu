@@ -1,9 +1,0 @@
-// The bfloat16 Hopper forward of the implicit-GEMM engine (implicit_gemm_wgmma.cuh), built for sm_90a.
-
-#include "ops/conv2d/implicit_gemm_wgmma_launch.cuh"
-
-namespace customconv::implicit_gemm {
-
-bool fprop_sm90_bf16(const ConvProblem& problem) { return fprop_wgmma<__nv_bfloat16>(problem); }
-
-}  // namespace customconv::implicit_gemm

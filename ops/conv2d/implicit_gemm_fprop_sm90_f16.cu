@@ -1,9 +1,0 @@
-// The float16 Hopper forward of the implicit-GEMM engine (implicit_gemm_wgmma.cuh), built for sm_90a.
-
-#include "ops/conv2d/implicit_gemm_wgmma_launch.cuh"
-
-namespace customconv::implicit_gemm {
-
-bool fprop_sm90_f16(const ConvProblem& problem) { return fprop_wgmma<__half>(problem); }
-
-}  // namespace customconv::implicit_gemm
