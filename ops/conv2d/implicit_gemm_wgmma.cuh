@@ -47,17 +47,7 @@ namespace customconv::implicit_gemm::wgmma_fprop {
 
 constexpr int kRowBytes = 128;  // one reduction step of one row (a 128-byte swizzle row)
 
-// One k16 (k8 for TF32) instruction of an m64 x 64 or m64 x 128 tile.
-template <typename T>
-__device__ __forceinline__ void mma_step(float (&d)[32], uint64_t a, uint64_t b, int acc) {
-  if constexpr (std::is_same_v<T, __half>) {
-    wgmma::mma_m64n64k16_f16(d, a, b, acc);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    wgmma::mma_m64n64k16_bf16(d, a, b, acc);
-  } else {
-    wgmma::mma_m64n64k8_tf32(d, a, b, acc);
-  }
-}
+// One k16 (k8 for TF32) instruction of an m64 x 128 tile.
 template <typename T>
 __device__ __forceinline__ void mma_step(float (&d)[64], uint64_t a, uint64_t b, int acc) {
   if constexpr (std::is_same_v<T, __half>) {
@@ -93,6 +83,8 @@ struct Tile {
   static constexpr int kStageBytes = kStageA + kN * kRowBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + 2 * 8 * kStages + 1024;
   static constexpr int kRegs = kN / 2;
+  static_assert(kN == 128, "the instructions are m64 x 128 (wgmma.cuh)");
+  static_assert(kM == 64 || kM == 128, "one or two consumer warpgroups");
 };
 
 __device__ __forceinline__ void expect_bytes(uint32_t bar, uint32_t bytes) {
