@@ -12,6 +12,7 @@
 
 #include "ops/common/activation.h"
 #include "ops/common/launch.h"
+#include "ops/common/pair_io.cuh"
 
 namespace customconv {
 namespace {
@@ -107,42 +108,6 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const
   (void)d, (void)a, (void)b;
   __trap();  // the host launches this only on compute capability 8.0 and newer
 #endif
-}
-
-// Two results of one output position, converted and stored as one 32-bit
-// (16-bit types) or 64-bit (float) word.
-template <typename T>
-__device__ __forceinline__ void store_pair(T* dst, float lo, float hi) {
-  if constexpr (std::is_same_v<T, float>) {
-    *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
-  } else {
-    const T a(lo), b(hi);
-    *reinterpret_cast<uint32_t*>(dst) = uint32_t(a.x) | (uint32_t(b.x) << 16);
-  }
-}
-
-// The two values at src (one output position's pair of channels), as floats.
-template <typename T>
-__device__ __forceinline__ float2 load_pair(const T* src) {
-  if constexpr (std::is_same_v<T, float>) {
-    return __ldg(reinterpret_cast<const float2*>(src));
-  } else {
-    const uint32_t bits = __ldg(reinterpret_cast<const uint32_t*>(src));
-    T lo, hi;
-    lo.x = uint16_t(bits & 0xffffu), hi.x = uint16_t(bits >> 16);
-    return make_float2(static_cast<float>(lo), static_cast<float>(hi));
-  }
-}
-
-// conv2d_fused's epilogue on one output position's pair: the residual (same
-// layout as the output; null for none) added, then the activation, in float32.
-template <typename T>
-__device__ __forceinline__ void store_epilogue(T* dst, const T* residual, Activation act, float lo, float hi) {
-  if (residual != nullptr) {
-    const float2 r = load_pair(residual);
-    lo += r.x, hi += r.y;
-  }
-  store_pair(dst, activate(act, lo), activate(act, hi));
 }
 
 // Forward. Block (x, y): kWarps warps, warp w on the 8-channel slice

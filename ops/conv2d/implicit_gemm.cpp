@@ -346,13 +346,10 @@ at::Tensor in_format(const at::Tensor& t, const at::Tensor& input, const at::Ten
 }
 
 #ifdef CUSTOMCONV_WITH_SM90A
-// The Hopper forward (fprop_sm90_f32) where its plan takes the problem, on an
-// sm_90 device, for windows larger than 1x1 (1x1 layers' reductions are a
-// step or a few a tap). Whether it launched (pr is left as it was).
+// The Hopper forward (fprop_sm90_f32) on an sm_90 device where its plan takes
+// the problem. Whether it launched (pr is left as it was).
 bool fprop_sm90(const at::Tensor& input, const implicit_gemm::ConvProblem& problem, const at::Tensor& out) {
-  if (!is_sm90(problem.device) || (problem.r == 1 && problem.s == 1) || problem.input_strides[0] != 0) {
-    return false;
-  }
+  if (!is_sm90(problem.device)) return false;
   const implicit_gemm::WgmmaPlan plan = implicit_gemm::wgmma_fprop_plan(problem, int(input.element_size()));
   if (!plan.take) return false;
   implicit_gemm::ConvProblem pr = problem;

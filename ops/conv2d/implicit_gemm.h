@@ -189,17 +189,17 @@ bool wgrad_f16(const ConvProblem& problem);
 bool wgrad_bf16(const ConvProblem& problem);
 bool wgrad_f32(const ConvProblem& problem);
 // The Hopper forward (implicit_gemm_wgmma.cuh: our warpgroup-MMA kernel fed
-// by TMA) in float32 as TF32, where wgmma_fprop_plan takes the problem: dense
-// layers (groups 1), packed NHWC input, K a multiple of 8; the bias, residual
-// and activation in its epilogue, or in the split-K sum (split_k > 1,
+// by TMA) in float32 as TF32, where wgmma_fprop_plan takes the problem; the
+// bias, residual and activation in its epilogue, or in the split-K sum (split_k > 1,
 // workspace as for fprop_*). False (nothing launched) where the plan
 // declines, the build has no sm_90a code or the device is not sm_90.
 bool fprop_sm90_f32(const ConvProblem& problem);
 
 // Whether the Hopper forward takes a problem, its box of output positions
-// per 128 x 128 tile and its reduction slices: float32 under TF32 with 256 or
-// more input channels (8 or more 128-byte reduction steps a tap) and strides
-// up to 8; the reduction split in two where the tiles fill at most half the
+// per 128 x 128 tile and its reduction slices: dense layers (groups 1) with
+// windows larger than 1x1, packed NHWC input, float32 under TF32 with 256 or
+// more input channels (8 or more 128-byte reduction steps a tap), K a multiple
+// of 8 and strides up to 8; the reduction split in two where the tiles fill at most half the
 // multiprocessors. On an H100, with the L2 cache evicted before each call (as
 // bench.py times), it took ResNet-50's 256- and 512-channel 3x3 layers at N=32
 // from 46-56 us to 43-46 (cuDNN 32-40). In 16-bit, and below 256 channels,
@@ -211,7 +211,8 @@ struct WgmmaPlan {
   Box box;
 };
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
-  if (element_size != 4 || pr.c < 256 || pr.c % 32 != 0 || pr.stride_h > 8 || pr.stride_w > 8) {
+  if (element_size != 4 || pr.groups != 1 || (pr.r == 1 && pr.s == 1) || pr.input_strides[0] != 0 ||
+      pr.c < 256 || pr.c % 32 != 0 || pr.k % 8 != 0 || pr.stride_h > 8 || pr.stride_w > 8) {
     return {false, 1, {}};
   }
   const Box box = choose_box(pr.n, pr.p, pr.q, pr.stride_h, pr.stride_w, 128);

@@ -40,6 +40,7 @@
 #include <type_traits>
 
 #include "ops/common/activation.h"
+#include "ops/common/pair_io.cuh"
 #include "ops/conv2d/wgmma_plan.h"
 #include "ops/conv2d/wgmma.cuh"
 
@@ -106,30 +107,10 @@ __device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap* map, in
       : "memory");
 }
 
-template <typename T>
-__device__ __forceinline__ void store_pair(T* dst, float lo, float hi) {
-  if constexpr (std::is_same_v<T, float>) {
-    *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
-  } else {
-    T pair[2] = {static_cast<T>(lo), static_cast<T>(hi)};
-    *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(pair);
-  }
-}
-template <typename T>
-__device__ __forceinline__ float2 load_pair(const T* src) {
-  if constexpr (std::is_same_v<T, float>) {
-    return __ldg(reinterpret_cast<const float2*>(src));
-  } else {
-    const unsigned int bits = __ldg(reinterpret_cast<const unsigned int*>(src));
-    const T* e = reinterpret_cast<const T*>(&bits);
-    return make_float2(static_cast<float>(e[0]), static_cast<float>(e[1]));
-  }
-}
-
 // Requires: c a multiple of Tile::kStep, k of 8, the maps of make_maps below,
 // Tile::kSmemBytes of dynamic shared memory, any number of blocks.
-template <typename T, int kM, int kN, int kStages, int kBlocksPerSm>
-__global__ void __launch_bounds__(2 * kM + 128, kBlocksPerSm)
+template <typename T, int kM, int kN, int kStages>
+__global__ void __launch_bounds__(2 * kM + 128, 1)
     fprop_tma_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
                      const Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -25,11 +25,8 @@ bool fprop_wgmma(const ConvProblem& pr) {
   constexpr int kM = 128, kN = 128, kStages = 4;
   using Cfg = wgmma_fprop::Tile<T, kM, kN, kStages>;
   const WgmmaPlan plan = wgmma_fprop_plan(pr, int(sizeof(T)));
-  if (!plan.take || pr.groups != 1 || pr.c % Cfg::kStep != 0 || pr.k % 8 != 0 || pr.input_strides[0] != 0 ||
-      pr.split_k != plan.split || (pr.split_k > 1 && pr.workspace == nullptr)) {
-    return false;
-  }
-  const auto kernel = &wgmma_fprop::fprop_tma_kernel<T, kM, kN, kStages, 1>;
+  if (!plan.take || pr.split_k != plan.split || (pr.split_k > 1 && pr.workspace == nullptr)) return false;
+  const auto kernel = &wgmma_fprop::fprop_tma_kernel<T, kM, kN, kStages>;
   static CachedKernelFit fit(reinterpret_cast<const void*>(kernel),
                              KernelNeeds{90, Cfg::kThreads, size_t(Cfg::kSmemBytes)});
   if (!fit.on(pr.device)) return false;
