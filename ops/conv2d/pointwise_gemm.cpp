@@ -18,9 +18,12 @@ bool takes(const Conv2dShape<int64_t>& s) {
 // permute, view and unsqueeze), since every view is a dispatcher call: about
 // a microsecond of host time each, which small layers pay in full.
 
-// A (1, rows, cols) view of t's storage with the given strides (batch stride 0).
+// A (1, rows, cols) view of t's storage with the given strides. The batch
+// stride is rows * cols, as a packed batch would have: with a batch stride of
+// 0, ATen's CPU bmm took another route, 1.6-2x slower (MobileNetV2's 16 -> 96
+// layer at 112x112, N=8, 2 threads: 11.5 ms against 5.9).
 at::Tensor matrix(const at::Tensor& t, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
-  return t.as_strided({1, rows, cols}, {0, row_stride, col_stride});
+  return t.as_strided({1, rows, cols}, {rows * cols, row_stride, col_stride});
 }
 
 // A channels_last (N, C, H, W) tensor as its (1, N*H*W, C) matrix, in place.

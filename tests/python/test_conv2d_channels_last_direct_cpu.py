@@ -122,6 +122,33 @@ def test_channels_last_direct_cpu_matches_torch_on_pointwise_layers(channels, ba
     assert out.is_contiguous(memory_format=torch.channels_last)
 
 
+@pytest.mark.parametrize("channels", [(16, 96), (24, 144), (32, 16), (96, 24), (144, 32), (160, 960)],
+                         ids=lambda c: f"{c[0]}to{c[1]}")
+@pytest.mark.parametrize("fused", ["plain", "relu6", "residual-relu6"])
+def test_cpu_pointwise_layers_of_mobilenet_channel_counts_match_torch(channels, fused, gen, seed):
+    # MobileNetV2's 1x1 layers: channels that fill no whole 64-channel block.
+    # A multiple of 16 output channels goes to the direct kernel (its fused
+    # epilogue included), 24 to the GEMM and the epilogue's pass; both match.
+    c, k = channels
+    x = make_tensor((3, c, 11, 9), torch.float32, "cpu", "channels_last", gen)
+    w = make_tensor((k, c, 1, 1), torch.float32, "cpu", "channels_last", gen)
+    b = make_tensor((k,), torch.float32, "cpu", gen=gen)
+    want = F.conv2d(x.double(), w.double(), b.double())
+    one, zero = [1, 1], [0, 0]
+    if fused == "plain":
+        got = per_thread_count(lambda: ops.conv2d(x, w, b, one, zero, one, 1))
+    else:
+        r = make_tensor(tuple(want.shape), torch.float32, "cpu", "channels_last", gen) if "residual" in fused else None
+        got = per_thread_count(lambda: ops.conv2d_fused(x, w, b, one, zero, one, 1, "relu6", r))
+        want = (want + (r.double() if r is not None else 0)).clamp(0, 6)
+    for g in got:
+        assert g.is_contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(g.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()),
+                                   msg=lambda m: f"seed={seed} {m}")
+    if k % 16 == 0:  # the direct kernel sums in the same order on any thread count
+        assert torch.equal(got[0], got[1])
+
+
 @pytest.mark.parametrize("case", ["pointwise", "pointwise-residual-relu", "3x3"])
 def test_channels_last_direct_cpu_outputs_stored_past_the_caches(case, gen, seed):
     # Outputs of 8 MiB or more are stored with non-temporal stores in the
