@@ -201,15 +201,17 @@ def test_grouped_weight_gradient_route(dtype, groups, direct, gen):
 
 def mma_kernel_ran(fn):
     """fn's result and whether the tensor-core kernel for groups of 8
-    (grouped_mma.h) ran in it; None where the profiler saw no kernel at all
-    (under compute-sanitizer, which holds the profiling interface)."""
+    (grouped_mma.h) ran in it, or the one-launch route for tiny NCHW problems
+    (tiny_direct.h), which goes before every other; None where the profiler
+    saw no kernel at all (under compute-sanitizer, which holds the profiling
+    interface)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         out = fn()
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     if not names:
         return out, None
-    return out, any("grouped_mma_forward_kernel" in n for n in names)
+    return out, any("grouped_mma_forward_kernel" in n or "tiny_forward_kernel" in n for n in names)
 
 
 # The bound of a product's error: |got - want| <= tol * (|x| conv |w|) + 1e-6.
