@@ -349,14 +349,20 @@ void register_once_differentiable(torch::Library& m) {
   m.impl(kName, &RefuseDoubleBackward<Fn, kName>::kernel);
 }
 
+// Without a graph to record (no_grad, or nothing requiring grad) an op runs
+// below autograd: no node, saved data or output wrapping, which cost inference
+// a few microseconds of host time a call.
 at::Tensor conv2d_autograd(const at::Tensor& input, const at::Tensor& weight,
                            const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                            c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
+  if (!records_graph(input, weight, bias.value_or(at::Tensor()))) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return customconv::conv2d(input, weight, bias, stride, padding, dilation, groups);
+  }
   return Conv2dFunction::apply(input, weight, bias, stride, padding, dilation, groups);
 }
 
-// Without a graph to record (no_grad, or nothing requiring grad) the op runs
-// below autograd, its activation fused in the kernels.
+// conv2d_fused without a graph runs its activation in the kernels.
 at::Tensor conv2d_fused_autograd(const at::Tensor& input, const at::Tensor& weight,
                                  const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                  c10::IntArrayRef padding, c10::IntArrayRef dilation,
@@ -374,11 +380,19 @@ at::Tensor conv2d_fused_autograd(const at::Tensor& input, const at::Tensor& weig
 at::Tensor depthwise_conv2d_autograd(const at::Tensor& input, const at::Tensor& weight,
                                      const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                      c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  if (!records_graph(input, weight, bias.value_or(at::Tensor()))) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return customconv::depthwise_conv2d(input, weight, bias, stride, padding, dilation);
+  }
   return DepthwiseConv2dFunction::apply(input, weight, bias, stride, padding, dilation);
 }
 
 at::Tensor filter2d_autograd(const at::Tensor& input, const at::Tensor& kernel,
                              c10::string_view border) {
+  if (!records_graph(input, kernel)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return customconv::filter2d(input, kernel, border);
+  }
   return Filter2dFunction::apply(input, kernel, border);
 }
 

@@ -24,33 +24,59 @@ struct Geometry {
   int r, s, sh, sw, ph, pw, dh, dw;
 };
 
-// One thread per output element, in the output's (n, k, y, x) order, so that
-// a warp's stores fall on consecutive positions of a row. Each thread sums
-// its group's cg channels x r x s taps in a fixed order (taps outside the
-// image skipped), starting from the bias, in A (float, or double for double).
-template <typename T, typename A>
+// G lanes (a power of two, 1 to 32) per output element, the groups of G in
+// the output's (n, k, y, x) order, so that a warp's stores fall on
+// consecutive positions of a row. The reduction's terms, numbered
+// r = (c * kh + i) * kw + j over the group's channels c and the taps (i, j),
+// are dealt out round-robin: lane l sums r = l, l + G, l + 2G, ... in that
+// order (taps outside the image skipped), in A (float, or double for
+// double); the G partial sums are then added by a fixed tree of shuffles and
+// the bias, so each output is summed in one fixed order. Splitting the
+// reduction keeps each thread's chain short: at N=32 a squeeze-and-excitation
+// layer (1152 -> 48 on a 1x1 plane, 1536 outputs) took 54 us on an H100 with
+// one thread per output.
+template <typename T, typename A, int G>
 __global__ void __launch_bounds__(kThreads)
     tiny_forward_kernel(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
-                   T* __restrict__ y, Geometry g, int total) {
-  const int e = blockIdx.x * kThreads + threadIdx.x;
-  if (e >= total) return;
-  const int ox = e % g.q, oy = e / g.q % g.p, k = e / (g.q * g.p) % g.k, n = e / (g.q * g.p * g.k);
-  const int c0 = k / g.kg * g.cg;
-  A acc = bias != nullptr ? static_cast<A>(bias[k]) : A(0);
-  const T* wk = wt + int64_t(k) * g.cg * g.r * g.s;
-  for (int c = 0; c < g.cg; ++c) {
-    const T* plane = x + (int64_t(n) * g.c + c0 + c) * g.h * g.w;
-    for (int i = 0; i < g.r; ++i) {
-      const int iy = oy * g.sh - g.ph + i * g.dh;
-      if (iy < 0 || iy >= g.h) continue;
-      for (int j = 0; j < g.s; ++j) {
-        const int ix = ox * g.sw - g.pw + j * g.dw;
-        if (ix < 0 || ix >= g.w) continue;
-        acc += static_cast<A>(plane[iy * g.w + ix]) * static_cast<A>(wk[(c * g.r + i) * g.s + j]);
-      }
+                        T* __restrict__ y, Geometry g, int total) {
+  static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0 && kThreads % 32 == 0, "G lanes per output");
+  const int t = blockIdx.x * kThreads + threadIdx.x;
+  const int e = t / G, lane = t % G;
+  const int taps = g.r * g.s, reduction = g.cg * taps;
+  A acc = A(0);
+  int k = 0;
+  if (e < total) {  // no early return: every lane takes part in the shuffles
+    const int ox = e % g.q, oy = e / g.q % g.p, n = e / (g.q * g.p * g.k);
+    k = e / (g.q * g.p) % g.k;
+    const T* image = x + (int64_t(n) * g.c + k / g.kg * g.cg) * g.h * g.w;
+    const T* wk = wt + int64_t(k) * reduction;
+    for (int r = lane; r < reduction; r += G) {
+      const int c = r / taps, tap = r - c * taps, i = tap / g.s, j = tap - i * g.s;
+      const int iy = oy * g.sh - g.ph + i * g.dh, ix = ox * g.sw - g.pw + j * g.dw;
+      if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+      acc += static_cast<A>(image[(int64_t(c) * g.h + iy) * g.w + ix]) * static_cast<A>(wk[r]);
     }
   }
-  y[e] = static_cast<T>(acc);
+#pragma unroll
+  for (int offset = G / 2; offset > 0; offset /= 2) acc += __shfl_down_sync(0xffffffffu, acc, offset, G);
+  if (e < total && lane == 0) {
+    if (bias != nullptr) acc += static_cast<A>(bias[k]);
+    y[e] = static_cast<T>(acc);
+  }
+}
+
+// Lanes per output: about 8 terms a lane, at most a warp.
+int lanes_per_output(int64_t reduction) {
+  int lanes = 1;
+  while (lanes < 32 && lanes * 8 < reduction) lanes *= 2;
+  return lanes;
+}
+
+template <typename T, typename A, int G>
+void launch_tiny_forward(const T* x, const T* w, const T* b, T* y, const Geometry& g, int total,
+                         cudaStream_t stream) {
+  tiny_forward_kernel<T, A, G><<<unsigned(blocks_for(int64_t(total) * G, kThreads)), kThreads, 0, stream>>>(
+      x, w, b, y, g, total);
 }
 
 bool takes(const at::Tensor& input, const at::Tensor& weight, const Conv2dShape<int64_t>& s) {
@@ -84,12 +110,22 @@ std::optional<at::Tensor> tiny_direct_conv2d_cuda(const at::Tensor& input, const
                    int(s.in.c / s.groups), int(s.k / s.groups), int(k.kh), int(k.kw), int(k.sh), int(k.sw),
                    int(k.ph), int(k.pw), int(k.dh), int(k.dw)};
   const int total = int(out.numel());
+  const int lanes = lanes_per_output(int64_t(g.cg) * g.r * g.s);
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "tiny_conv2d", [&] {
     using A = at::opmath_type<scalar_t>;
-    tiny_forward_kernel<scalar_t, A><<<unsigned(blocks_for(total, kThreads)), kThreads, 0, stream>>>(
-        input.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
-        has_bias ? b.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>(), g, total);
+    const scalar_t* xp = input.const_data_ptr<scalar_t>();
+    const scalar_t* wp = w.const_data_ptr<scalar_t>();
+    const scalar_t* bp = has_bias ? b.const_data_ptr<scalar_t>() : nullptr;
+    scalar_t* yp = out.mutable_data_ptr<scalar_t>();
+    switch (lanes) {
+      case 1: launch_tiny_forward<scalar_t, A, 1>(xp, wp, bp, yp, g, total, stream); break;
+      case 2: launch_tiny_forward<scalar_t, A, 2>(xp, wp, bp, yp, g, total, stream); break;
+      case 4: launch_tiny_forward<scalar_t, A, 4>(xp, wp, bp, yp, g, total, stream); break;
+      case 8: launch_tiny_forward<scalar_t, A, 8>(xp, wp, bp, yp, g, total, stream); break;
+      case 16: launch_tiny_forward<scalar_t, A, 16>(xp, wp, bp, yp, g, total, stream); break;
+      default: launch_tiny_forward<scalar_t, A, 32>(xp, wp, bp, yp, g, total, stream); break;
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return out;

@@ -20,6 +20,10 @@ class Conv2d(torch.nn.Conv2d):
     """
 
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+        if self.padding_mode == "zeros" and not isinstance(self.padding, str):
+            # The common case, with no Python work beyond the call.
+            return torch.ops.customconv.conv2d(
+                input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
         input, padding = self._apply_padding(input)
         return torch.ops.customconv.conv2d(
             input, weight, bias, [self.stride[0], self.stride[1]], padding,
@@ -76,6 +80,9 @@ class DepthwiseConv2d(Conv2d):
                          in_channels, bias, padding_mode, device, dtype)
 
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+        if self.padding_mode == "zeros" and not isinstance(self.padding, str):
+            return torch.ops.customconv.depthwise_conv2d(
+                input, weight, bias, self.stride, self.padding, self.dilation)
         input, padding = self._apply_padding(input)
         return torch.ops.customconv.depthwise_conv2d(
             input, weight, bias, [self.stride[0], self.stride[1]], padding,
