@@ -205,15 +205,9 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
 
   const at::Tensor input = as_batch(input_arg, s.in.batched);
   if (p.pointwise && p.g == 1) {
-    // out[n] (K, L) = w (K, C) · x[n] (C, L) for every image: one strided-
-    // batched GEMM whose operands are made with one as_strided call each
-    // (each view is a dispatcher call, about a microsecond of host time).
-    const int64_t n = s.in.n, c = s.in.c, k = s.k, l = p.length;
-    kernels.gemm(weight_arg.contiguous().as_strided({n, k, c}, {0, c, 1}),
-                 input.as_strided({n, c, l}, {c * l, l, 1}), out.as_strided({n, k, l}, {k * l, l, 1}),
-                 false);
-    if (has_bias) out.add_(bias->view({1, s.k, 1, 1}));
-    return in_format(unbatch(out, s.in.batched));
+    if (auto out = pointwise_conv2d_nchw(kernels.gemm, input, weight_arg, bias, s)) {
+      return in_format(unbatch(*out, s.in.batched));
+    }
   }
   const at::Tensor w = weight_arg.contiguous().view({p.g, p.kg, p.rows_g});
   if (p.pointwise) {

@@ -68,6 +68,24 @@ std::optional<at::Tensor> pointwise_conv2d(BatchedGemm gemm, const at::Tensor& i
   return out;
 }
 
+std::optional<at::Tensor> pointwise_conv2d_nchw(BatchedGemm gemm, const at::Tensor& input,
+                                                const at::Tensor& weight,
+                                                const std::optional<at::Tensor>& bias,
+                                                const Conv2dShape<int64_t>& s) {
+  if (!takes(s) || !input.is_contiguous() ||
+      conv2d_output_format(input, weight) != at::MemoryFormat::Contiguous) {
+    return std::nullopt;
+  }
+  at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow}, input.options());
+  const int64_t n = s.in.n, c = s.in.c, k = s.k, l = s.oh * s.ow;
+  // The weight is shared by the images: a batch stride of 0.
+  const at::Tensor w = unit_channel_stride(weight);
+  gemm(w.as_strided({n, k, c}, {0, w.stride(0), 1}),
+       input.as_strided({n, c, l}, {c * l, l, 1}), out.as_strided({n, k, l}, {k * l, l, 1}), false);
+  if (bias.has_value() && bias->defined()) out.add_(bias->view({1, s.k, 1, 1}));
+  return out;
+}
+
 std::optional<at::Tensor> pointwise_conv2d_grad_input(BatchedGemm gemm,
                                                       const at::Tensor& grad_output,
                                                       const at::Tensor& weight,

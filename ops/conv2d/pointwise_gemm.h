@@ -31,6 +31,14 @@ std::optional<at::Tensor> pointwise_conv2d(BatchedGemm gemm, const at::Tensor& i
                                            const at::Tensor& weight,
                                            const std::optional<at::Tensor>& bias,
                                            const Conv2dShape<int64_t>& s);
+// The forward of an NCHW-contiguous batched input with an NCHW result, one
+// group: out[n] (K, H*W) = w (K, C) · x[n] (C, H*W) for every image n, one
+// strided-batched GEMM on the tensors in place (then the bias, one pass).
+// Declines (nullopt) other cases.
+std::optional<at::Tensor> pointwise_conv2d_nchw(BatchedGemm gemm, const at::Tensor& input,
+                                                const at::Tensor& weight,
+                                                const std::optional<at::Tensor>& bias,
+                                                const Conv2dShape<int64_t>& s);
 std::optional<at::Tensor> pointwise_conv2d_grad_input(BatchedGemm gemm,
                                                       const at::Tensor& grad_output,
                                                       const at::Tensor& weight,
