@@ -325,3 +325,47 @@ def test_direct_backward_ops_refuse_to_be_differentiated(device, op, gen):
         assert r.requires_grad
     with pytest.raises(RuntimeError, match=rf"{op}.*double backward"):
         sum(r.sum() for r in res).backward()
+
+
+def _forward_calls(device, gen):
+    """(name, args, call) of each convolution op on fresh float64 inputs."""
+    x = make_tensor((2, 4, 6, 5), F64, device, gen=gen)
+    w = make_tensor((6, 2, 3, 3), F64, device, gen=gen)
+    wd = make_tensor((8, 1, 3, 3), F64, device, gen=gen)
+    b6, b8 = make_tensor((6,), F64, device, gen=gen), make_tensor((8,), F64, device, gen=gen)
+    k = make_tensor((3, 5), F64, device, gen=gen)
+    one = [1, 1]
+    return [
+        ("conv2d", (x, w, b6), lambda a, c, d: ops.conv2d(a, c, d, one, one, one, 2)),
+        ("conv2d_fused", (x, w, b6),
+         lambda a, c, d: ops.conv2d_fused(a, c, d, one, one, one, 2, "relu", None)),
+        ("depthwise_conv2d", (x, wd, b8), lambda a, c, d: ops.depthwise_conv2d(a, c, d, one, one, one)),
+        ("filter2d", (x, k), lambda a, c: ops.filter2d(a, c, "zeros")),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ops_record_a_graph_only_where_autograd_needs_one(device, gen):
+    """Without a graph to record (no_grad, or no argument requiring grad) the
+    ops run below autograd: same values, no grad_fn; with one, the same values
+    and gradients that flow."""
+    for name, args, call in _forward_calls(device, gen):
+        plain = call(*args)
+        assert plain.grad_fn is None and not plain.requires_grad, name
+        leaves = [a.detach().clone().requires_grad_() for a in args]
+        with torch.no_grad():
+            quiet = call(*leaves)
+        assert quiet.grad_fn is None and not quiet.requires_grad, name
+        recorded = call(*leaves)
+        assert recorded.grad_fn is not None, name
+        torch.testing.assert_close(quiet, plain, rtol=0, atol=0)
+        torch.testing.assert_close(recorded.detach(), plain, rtol=0, atol=0)
+        recorded.sum().backward()
+        assert all(leaf.grad is not None for leaf in leaves), name
+        # One argument requiring grad is enough, and only it gets a gradient.
+        some = [a.detach() for a in args]
+        some[1] = some[1].clone().requires_grad_()
+        partial = call(*some)
+        assert partial.grad_fn is not None, name
+        partial.sum().backward()
+        assert some[1].grad is not None and some[0].grad is None, name

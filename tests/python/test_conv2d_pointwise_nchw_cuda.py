@@ -1,0 +1,66 @@
+"""conv2d's float32 NCHW pointwise forwards on CUDA: layers on planes of 7x7
+positions and more whose weight has at most 2^19 elements run as per-image
+GEMMs in place (engines_cuda.cpp); larger weights on planes under 128
+positions keep the column route (im2col, one GEMM, a copy into place). Both
+match float64, exactly in float32 and within TF32's rounding with TF32 on."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from testlib import assert_matches, make_tensor, ops
+
+pytestmark = pytest.mark.cuda
+
+PER_IMAGE_MAX_WEIGHT = 1 << 19
+TF32_ROUNDOFF = 2.0 ** -11
+
+
+def run(x, w, b):
+    """The op's result and whether im2col ran (None where the profiler saw no
+    kernel: under compute-sanitizer)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = ops.conv2d(x, w, b, [1, 1], [0, 0], [1, 1], 1)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return out, (any("im2col" in n for n in names) if names else None)
+
+
+# (images, input channels, output channels, plane): MobileNetV2's and
+# EfficientNet-B0's 7x7 layers scaled down, odd planes, and a weight above
+# the bound (ResNet-50's 512 -> 2048 at 7x7 is 2^20).
+CASES = [
+    (6, 96, 160, (7, 7)),
+    (5, 160, 96, (8, 9)),
+    (4, 320, 128, (7, 11)),
+    (6, 64, 48, (14, 14)),
+    (4, 1024, 768, (7, 7)),
+]
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("tf32", [False, True], ids=["exact", "tf32"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"n{c[0]}-{c[1]}to{c[2]}-{c[3][0]}x{c[3][1]}")
+def test_float32_nchw_pointwise_forward_matches_float64(case, tf32, bias, gen):
+    n, c, k, (h, w_) = case
+    x = make_tensor((n, c, h, w_), torch.float32, "cuda", gen=gen)
+    w = make_tensor((k, c, 1, 1), torch.float32, "cuda", gen=gen)
+    b = make_tensor((k,), torch.float32, "cuda", gen=gen) if bias else None
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        got, im2col_ran = run(x, w, b)
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    ctx = f"case={case} tf32={tf32} bias={bias}"
+    assert got.shape == (n, k, h, w_) and got.is_contiguous(), ctx
+    per_image = c * k <= PER_IMAGE_MAX_WEIGHT
+    assert im2col_ran in (not per_image and h * w_ < 128, None), ctx
+    bd = None if b is None else b.double()
+    want = F.conv2d(x.double(), w.double(), bd)
+    bound = F.conv2d(x.double().abs(), w.double().abs(), None if b is None else bd.abs())
+    if tf32:
+        err = (got.double() - want).abs()
+        assert bool((err <= 4 * TF32_ROUNDOFF * bound + 1e-30).all()), f"{ctx}: max err {err.max().item()}"
+    else:
+        assert_matches(got, want, bound, torch.float32, c, "output", ctx)
