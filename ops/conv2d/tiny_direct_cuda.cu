@@ -32,9 +32,9 @@ struct Geometry {
 // order (taps outside the image skipped), in A (float, or double for
 // double); the G partial sums are then added by a fixed tree of shuffles and
 // the bias, so each output is summed in one fixed order. Splitting the
-// reduction keeps each thread's chain short: at N=32 a squeeze-and-excitation
-// layer (1152 -> 48 on a 1x1 plane, 1536 outputs) took 54 us on an H100 with
-// one thread per output.
+// reduction keeps each thread's chain short: with one thread per output,
+// EfficientNet-B0's squeeze-and-excitation layers at N=32 (up to 672 -> 28
+// on 1x1 planes) averaged 54 us a call on an H100.
 template <typename T, typename A, int G>
 __global__ void __launch_bounds__(kThreads)
     tiny_forward_kernel(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
