@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python_stub"))
 import customconv  # noqa: E402
 from e2e import make_base  # noqa: E402
+from model_split import graph_replay_ms  # noqa: E402
 
 
 def layer_inputs(model, x):
@@ -69,24 +70,11 @@ def host_us(fn, calls=20, rounds=7):
 
 
 def device_us(fn, calls=20, replays=10):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    """Device time per call: a CUDA graph of `calls` calls, replayed."""
+    def calls_of_fn():
         for _ in range(calls):
             fn()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / (replays * calls)
+    return graph_replay_ms(calls_of_fn, replays) * 1e3 / calls
 
 
 def describe(m, x):
