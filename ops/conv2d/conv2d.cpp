@@ -59,12 +59,16 @@ Plan make_plan(const Conv2dShape<int64_t>& s, const at::Tensor& input, Pass pass
   return p;
 }
 
+// The views below are made with one as_strided call each, not chains of
+// narrow, view and permute: each view is a dispatcher call, about a
+// microsecond of host time, which small layers pay in full.
+
 // The column buffer of a chunk of nc images, in the plan's layout, and that
 // layout as im2col/col2im strides.
 at::Tensor columns_view(const at::Tensor& buffer, const Plan& p, int64_t nc) {
-  const at::Tensor flat = buffer.narrow(0, 0, p.g * p.rows_g * nc * p.length);
-  return p.per_image ? flat.view({nc, p.g, p.rows_g, p.length})
-                     : flat.view({p.g, p.rows_g, nc * p.length});
+  const int64_t plane = p.rows_g * p.length;
+  return p.per_image ? buffer.as_strided({nc, p.g, p.rows_g, p.length}, {p.g * plane, plane, p.length, 1})
+                     : buffer.as_strided({p.g, p.rows_g, nc * p.length}, {nc * plane, nc * p.length, 1});
 }
 
 ColumnLayout columns_layout(const Plan& p, int64_t nc) {
@@ -72,9 +76,13 @@ ColumnLayout columns_layout(const Plan& p, int64_t nc) {
                      : ColumnLayout{p.length, nc * p.length};
 }
 
-// A chunk of images (nc, g * per_group, L) viewed (nc, g, per_group, L).
+// Images [n0, n0 + nc) of a contiguous (N, g * per_group, L) tensor viewed
+// (nc, g, per_group, L).
 at::Tensor grouped(const at::Tensor& t, const Plan& p, int64_t n0, int64_t nc) {
-  return t.narrow(0, n0, nc).view({nc, p.g, -1, p.length});
+  TORCH_INTERNAL_ASSERT(t.is_contiguous());
+  const int64_t per_group = t.size(1) / p.g, image = t.size(1) * p.length;
+  return t.as_strided({nc, p.g, per_group, p.length}, {image, per_group * p.length, p.length, 1},
+                      t.storage_offset() + n0 * image);
 }
 
 // grad_output images [n0, n0 + nc) regrouped as (g, K/g, nc*L), the second layout.
@@ -220,16 +228,19 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
     for (int64_t n0 = 0; n0 < s.in.n; n0 += p.chunk) {
       const int64_t nc = std::min(p.chunk, s.in.n - n0);
       const at::Tensor cols = columns_view(buffer, p, nc);
-      kernels.columns.im2col(input.narrow(0, n0, nc), cols, s.win, s.oh, s.ow,
+      kernels.columns.im2col(nc == s.in.n ? input : input.narrow(0, n0, nc), cols, s.win, s.oh, s.ow,
                              columns_layout(p, nc));
       if (p.per_image) {
         gemm_per_image(kernels, shared(w, nc), cols, grouped(out, p, n0, nc));
       } else if (nc == 1) {  // the GEMM result is the output image itself
         kernels.gemm(w, cols, out.select(0, n0).view({p.g, p.kg, p.length}), false);
       } else {
-        const at::Tensor res = result.narrow(0, 0, s.k * nc * p.length).view({p.g, p.kg, nc * p.length});
-        kernels.gemm(w, cols, res, false);
-        grouped(out, p, n0, nc).permute({1, 2, 0, 3}).copy_(res.view({p.g, p.kg, nc, p.length}));
+        const int64_t run = nc * p.length;  // a result row: (images, positions)
+        kernels.gemm(w, cols, result.as_strided({p.g, p.kg, run}, {p.kg * run, run, 1}), false);
+        // The result (g, K/g, nc, L) into out's images [n0, n0 + nc), (nc, g, K/g, L).
+        out.as_strided({p.g, p.kg, nc, p.length}, {p.kg * p.length, p.length, s.k * p.length, 1},
+                       n0 * s.k * p.length)
+            .copy_(result.as_strided({p.g, p.kg, nc, p.length}, {p.kg * run, run, p.length, 1}));
       }
     }
   }
