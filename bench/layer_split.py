@@ -5,9 +5,9 @@ against F.conv2d, inference, at the shapes the layer sees in the model:
     python3 bench/layer_split.py [--model mobilenet_v2] [--dtype float32]
         [--layout nchw|channels_last] [--batch 32] [--top 20]
 
-host: CPU time to issue `--calls` calls back to back with no synchronize,
+host: CPU time to issue 20 calls back to back with no synchronize,
 per call, while the device is kept busy by a sleep kernel queued first (so
-neither side waits for the device; the best of several rounds); device: a
+the host never waits for it; the best of 7 rounds); device: a
 CUDA graph of 20 calls replayed, per call (no host work). A converted model
 is bound by the host where its layers' host times sum above their device
 times. Layers are grouped by (shape, op): a row gives the count in the model,
