@@ -67,8 +67,9 @@ Plan make_plan(const Conv2dShape<int64_t>& s, const at::Tensor& input, Pass pass
 // layout as im2col/col2im strides.
 at::Tensor columns_view(const at::Tensor& buffer, const Plan& p, int64_t nc) {
   const int64_t plane = p.rows_g * p.length;
-  return p.per_image ? buffer.as_strided({nc, p.g, p.rows_g, p.length}, {p.g * plane, plane, p.length, 1})
-                     : buffer.as_strided({p.g, p.rows_g, nc * p.length}, {nc * plane, nc * p.length, 1});
+  return p.per_image
+             ? buffer.as_strided({nc, p.g, p.rows_g, p.length}, {p.g * plane, plane, p.length, 1})
+             : buffer.as_strided({p.g, p.rows_g, nc * p.length}, {nc * plane, nc * p.length, 1});
 }
 
 ColumnLayout columns_layout(const Plan& p, int64_t nc) {
@@ -228,8 +229,8 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
     for (int64_t n0 = 0; n0 < s.in.n; n0 += p.chunk) {
       const int64_t nc = std::min(p.chunk, s.in.n - n0);
       const at::Tensor cols = columns_view(buffer, p, nc);
-      kernels.columns.im2col(nc == s.in.n ? input : input.narrow(0, n0, nc), cols, s.win, s.oh, s.ow,
-                             columns_layout(p, nc));
+      kernels.columns.im2col(nc == s.in.n ? input : input.narrow(0, n0, nc), cols, s.win, s.oh,
+                             s.ow, columns_layout(p, nc));
       if (p.per_image) {
         gemm_per_image(kernels, shared(w, nc), cols, grouped(out, p, n0, nc));
       } else if (nc == 1) {  // the GEMM result is the output image itself

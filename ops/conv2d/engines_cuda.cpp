@@ -13,13 +13,13 @@ namespace {
 // Float32 NCHW pointwise forwards whose weight has at most 2^19 elements go
 // to per-image GEMMs in place on planes of 7x7 positions and more
 // (pointwise_conv2d_nchw), where the NCHW routes keep planes under 128
-// positions for the column route (conv2d.h, nchw_gemm_in_place). On an H100 at N=32 on 7x7 planes
-// (MobileNetV2's and EfficientNet-B0's last stages) the per-image GEMMs took
-// the device as long as cuDNN (960 -> 160: 21.5 us, cuDNN 21.3, the column
-// route 26.1) and half the column route's host time (31-37 us against
-// 60-118, F.conv2d's 23-31). With larger weights the column route is faster
-// on the device (512 -> 2048: 43 us against 56), and in 16-bit the narrow,
-// misaligned rows cost the per-image GEMMs up to 3x.
+// positions for the column route (conv2d.h, nchw_gemm_in_place). On an H100
+// at N=32 on 7x7 planes (MobileNetV2's and EfficientNet-B0's last stages)
+// the per-image GEMMs took the device as long as cuDNN (960 -> 160: 21.5 us,
+// cuDNN 21.3, the column route 26.1) and half the column route's host time
+// (31-37 us against 60-118, F.conv2d's 23-31). With larger weights the
+// column route is faster on the device (512 -> 2048: 43 us against 56), and
+// in 16-bit the narrow, misaligned rows cost the per-image GEMMs up to 3x.
 constexpr int64_t kPerImagePointwiseMaxWeight = int64_t(1) << 19;
 
 bool per_image_pointwise_forward(const at::Tensor& input, const Conv2dShape<int64_t>& s) {

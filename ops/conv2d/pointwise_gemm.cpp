@@ -80,8 +80,8 @@ std::optional<at::Tensor> pointwise_conv2d_nchw(BatchedGemm gemm, const at::Tens
   const int64_t n = s.in.n, c = s.in.c, k = s.k, l = s.oh * s.ow;
   // The weight is shared by the images: a batch stride of 0.
   const at::Tensor w = unit_channel_stride(weight);
-  gemm(w.as_strided({n, k, c}, {0, w.stride(0), 1}),
-       input.as_strided({n, c, l}, {c * l, l, 1}), out.as_strided({n, k, l}, {k * l, l, 1}), false);
+  gemm(w.as_strided({n, k, c}, {0, w.stride(0), 1}), input.as_strided({n, c, l}, {c * l, l, 1}),
+       out.as_strided({n, k, l}, {k * l, l, 1}), false);
   if (bias.has_value() && bias->defined()) out.add_(bias->view({1, s.k, 1, 1}));
   return out;
 }

@@ -37,9 +37,10 @@ struct Geometry {
 // on 1x1 planes) averaged 54 us a call on an H100.
 template <typename T, typename A, int G>
 __global__ void __launch_bounds__(kThreads)
-    tiny_forward_kernel(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
-                        T* __restrict__ y, Geometry g, int total) {
-  static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0 && kThreads % 32 == 0, "G lanes per output");
+    tiny_forward_kernel(const T* __restrict__ x, const T* __restrict__ wt,
+                        const T* __restrict__ bias, T* __restrict__ y, Geometry g, int total) {
+  static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0 && kThreads % 32 == 0,
+                "G lanes per output");
   const int t = blockIdx.x * kThreads + threadIdx.x;
   const int e = t / G, lane = t % G;
   const int taps = g.r * g.s, reduction = g.cg * taps;
@@ -58,7 +59,9 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 #pragma unroll
-  for (int offset = G / 2; offset > 0; offset /= 2) acc += __shfl_down_sync(0xffffffffu, acc, offset, G);
+  for (int offset = G / 2; offset > 0; offset /= 2) {
+    acc += __shfl_down_sync(0xffffffffu, acc, offset, G);
+  }
   if (e < total && lane == 0) {
     if (bias != nullptr) acc += static_cast<A>(bias[k]);
     y[e] = static_cast<T>(acc);
@@ -75,8 +78,8 @@ int lanes_per_output(int64_t reduction) {
 template <typename T, typename A, int G>
 void launch_tiny_forward(const T* x, const T* w, const T* b, T* y, const Geometry& g, int total,
                          cudaStream_t stream) {
-  tiny_forward_kernel<T, A, G><<<unsigned(blocks_for(int64_t(total) * G, kThreads)), kThreads, 0, stream>>>(
-      x, w, b, y, g, total);
+  const auto blocks = unsigned(blocks_for(int64_t(total) * G, kThreads));
+  tiny_forward_kernel<T, A, G><<<blocks, kThreads, 0, stream>>>(x, w, b, y, g, total);
 }
 
 bool takes(const at::Tensor& input, const at::Tensor& weight, const Conv2dShape<int64_t>& s) {
