@@ -144,6 +144,9 @@ bool is_sm90(int device) {
 // 3x3 stride 2); 16-bit small planes the Hopper kernel (0.046 -> 0.029 ms on
 // the same layer, 0.057 -> 0.041 ms on 7x7 3x3), at most 64 output channels
 // 64 x 64 (0.107 -> 0.075 ms on 56x56 3x3 64 -> 64), 1x1 windows 128 x 64.
+// float32 with at most 64 output channels on large planes 64 x 64 too: the
+// 128-row tiles are half empty there (56x56 3x3 64 -> 64: 0.221 ms on 128 x
+// 128, 0.128 on 64 x 64 with 120 slices; cuDNN 0.087).
 using implicit_gemm::WgradTile;
 constexpr int64_t kSmallPlane = 6272;  // output positions of a 14x14 plane at N=32
 
@@ -151,7 +154,9 @@ WgradTile wgrad_tile(const at::Tensor& input, const Conv2dShape<int64_t>& s, boo
   const int64_t positions = s.in.n * s.oh * s.ow;
   const bool pointwise = s.win.kh == 1 && s.win.kw == 1;
   if (input.scalar_type() == at::kFloat) {
-    return positions <= kSmallPlane || pointwise ? WgradTile::kWide : WgradTile::kLarge;
+    if (positions <= kSmallPlane) return WgradTile::kWide;
+    if (s.k <= 64) return WgradTile::kSmall;
+    return pointwise ? WgradTile::kWide : WgradTile::kLarge;
   }
   if (sm90 && positions <= kSmallPlane && s.k >= 128) return WgradTile::kSm90;
   if (s.k <= 64) return WgradTile::kSmall;
@@ -160,13 +165,15 @@ WgradTile wgrad_tile(const at::Tensor& input, const Conv2dShape<int64_t>& s, boo
 }
 
 // Reduction slices for the weight gradient: enough blocks for about `waves`
-// per multiprocessor (2; 64 x 64 tiles 4, 128 x 64 tiles 1, as measured), each
-// slice at least 1024 positions long, their float32 planes within 48 MiB.
-int wgrad_split_k(const Conv2dShape<int64_t>& s, int device, WgradTile tile) {
+// per multiprocessor (2; 64 x 64 tiles 4, 8 in float32, 128 x 64 tiles 1, as
+// measured), each slice at least 1024 positions long, their float32 planes
+// within 48 MiB.
+int wgrad_split_k(const at::Tensor& input, const Conv2dShape<int64_t>& s, int device, WgradTile tile) {
   const implicit_gemm::TileRowsCols shape = implicit_gemm::wgrad_tile_shape(tile);
   const int64_t tiles = ((s.k + shape.rows - 1) / shape.rows) *
                         ((s.win.kh * s.win.kw * s.in.c + shape.cols - 1) / shape.cols);
-  const int64_t waves = tile == WgradTile::kSmall ? 4 : tile == WgradTile::kNarrow ? 1 : 2;
+  const int64_t small_waves = input.scalar_type() == at::kFloat ? 8 : 4;
+  const int64_t waves = tile == WgradTile::kSmall ? small_waves : tile == WgradTile::kNarrow ? 1 : 2;
   const int64_t wanted = (waves * int64_t(multiprocessors(device)) + tiles - 1) / tiles;
   const int64_t by_length = (s.in.n * s.oh * s.ow) / 1024;
   const int64_t plane_bytes = s.k * s.win.kh * s.win.kw * s.in.c * 4;
@@ -461,7 +468,7 @@ std::optional<at::Tensor> wgrad(const at::Tensor& x, const at::Tensor& go,
   }
 #endif
   pr.wgrad_tile = wgrad_tile(x, xs, false);
-  pr.split_k = wgrad_split_k(xs, pr.device, pr.wgrad_tile);
+  pr.split_k = wgrad_split_k(x, xs, pr.device, pr.wgrad_tile);
   // The slices' float32 (K, kh, kw, C) planes, summed in order and rounded once.
   const at::Tensor planes = at::empty({pr.split_k, xs.k, xs.win.kh, xs.win.kw, xs.in.c},
                                       x.options().dtype(at::kFloat));

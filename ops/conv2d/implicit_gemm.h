@@ -109,7 +109,7 @@ namespace implicit_gemm {
 // the (K, kh*kw*C) result per block.
 enum class WgradTile {
   kLarge,   // 128 x 128 (the general case)
-  kSmall,   // 64 x 64, 16-bit: at most 64 output channels
+  kSmall,   // 64 x 64: at most 64 output channels (float32: on large planes)
   kNarrow,  // 128 x 64, 16-bit: 1x1 windows (strided; stride 1 is one GEMM)
   kWide,    // 256 x 128, float32: small planes and 1x1 windows
   kSm90,    // 16-bit on sm_90: CUTLASS's Hopper kernel (TMA, warpgroup MMA), 128 x 64,

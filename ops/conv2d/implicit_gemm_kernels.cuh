@@ -76,6 +76,7 @@ struct Tiles<float> {
   using Large = TileConfig<GemmShape<128, 128, 32>, GemmShape<64, 64, 32>, 3>;
   using Wgrad = TileConfig<GemmShape<128, 128, 32>, GemmShape<64, 64, 32>, 3>;
   using WgradWide = TileConfig<GemmShape<256, 128, 16>, GemmShape<64, 64, 16>, 3>;
+  using WgradSmall = TileConfig<GemmShape<64, 64, 32>, GemmShape<32, 32, 32>, 5>;
 };
 
 // ElementOut: the output's type (float32 for split-K partial sums).
@@ -279,10 +280,10 @@ bool wgrad_with(const ConvProblem& pr) {
 template <typename Element>
 bool wgrad(const ConvProblem& pr) {
   using T = Tiles<Element>;
+  if (pr.wgrad_tile == WgradTile::kSmall) return wgrad_with<Element, typename T::WgradSmall>(pr);
   if constexpr (std::is_same_v<Element, float>) {
     if (pr.wgrad_tile == WgradTile::kWide) return wgrad_with<Element, typename T::WgradWide>(pr);
   } else {
-    if (pr.wgrad_tile == WgradTile::kSmall) return wgrad_with<Element, typename T::WgradSmall>(pr);
     if (pr.wgrad_tile == WgradTile::kNarrow) return wgrad_with<Element, typename T::WgradNarrow>(pr);
   }
   if (pr.wgrad_tile != WgradTile::kLarge) return false;

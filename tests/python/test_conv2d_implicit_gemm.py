@@ -79,16 +79,19 @@ def test_implicit_gemm_matches_torch_on_resnet_layers(dtype, layer, gen, seed):
 @pytest.mark.parametrize("layer", [
     # Planes larger than the small-plane kernels take (more than 6272 output
     # positions), so that every weight-gradient kernel runs: 128 x 128, 64 x 64
-    # (at most 64 output channels) and 128 x 64 (1x1) in 16-bit, 128 x 128 and
-    # 256 x 128 in float32; and the input gradient's 128 x 128 tiles (enough
-    # tiles to fill the multiprocessors) next to its 128 x 64 ones.
+    # (at most 64 output channels) and 128 x 64 (1x1) in 16-bit, 128 x 128,
+    # 256 x 128 and 64 x 64 (at most 64 output channels) in float32; and the
+    # input gradient's 128 x 128 tiles (enough tiles to fill the
+    # multiprocessors) next to its 128 x 64 ones.
     dict(batch=4, in_channels=64, out_channels=96, kernel=(3, 3), stride=(1, 1), padding=(1, 1), size=(48, 48)),
     dict(batch=4, in_channels=256, out_channels=128, kernel=(3, 3), stride=(1, 1), padding=(1, 1),
          size=(64, 64)),
     dict(batch=4, in_channels=128, out_channels=256, kernel=(1, 1), stride=(2, 2), padding=(0, 0),
          size=(96, 96)),
     dict(batch=8, in_channels=64, out_channels=64, kernel=(3, 3), stride=(1, 1), padding=(1, 1), size=(32, 32)),
-], ids=["64to96-48-3x3", "256to128-64-3x3", "128to256-96-1x1-s2", "64-32-3x3"])
+    dict(batch=4, in_channels=128, out_channels=40, kernel=(1, 1), stride=(2, 2), padding=(0, 0),
+         size=(96, 96)),
+], ids=["64to96-48-3x3", "256to128-64-3x3", "128to256-96-1x1-s2", "64-32-3x3", "128to40-96-1x1-s2"])
 def test_implicit_gemm_kernel_choices_on_larger_planes(dtype, layer, gen, seed):
     cfg = ConvConfig(groups=1, dilation=(1, 1), bias=True, input_layout="channels_last",
                      weight_layout="channels_last", grad_layout="channels_last", **layer)

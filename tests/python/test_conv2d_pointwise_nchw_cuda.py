@@ -63,4 +63,4 @@ def test_float32_nchw_pointwise_forward_matches_float64(case, tf32, bias, gen):
         err = (got.double() - want).abs()
         assert bool((err <= 4 * TF32_ROUNDOFF * bound + 1e-30).all()), f"{ctx}: max err {err.max().item()}"
     else:
-        assert_matches(got, want, bound, torch.float32, c, "output", ctx)
+        assert_matches(got, want.cpu(), bound.cpu(), torch.float32, c, "output", ctx, device="cuda")
