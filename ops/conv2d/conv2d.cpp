@@ -303,9 +303,10 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
     return *gi;
   }
   const Plan p = make_plan(s, input_arg, Pass::kGradInput);
-  at::Tensor gi = at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, input_arg.options());
-  if (gi.numel() == 0) return in_format(unbatch(gi, s.in.batched));
-  if (s.k == 0) return in_format(unbatch(gi, s.in.batched).zero_());
+  // (Allocated where a route below writes it: the forward route returns its own.)
+  const auto new_gi = [&] { return at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, input_arg.options()); };
+  if (s.in.n * s.in.c * s.in.h * s.in.w == 0) return in_format(unbatch(new_gi(), s.in.batched));
+  if (s.k == 0) return in_format(unbatch(new_gi(), s.in.batched).zero_());
 
   // With stride 1 the input gradient is the full correlation of grad_output
   // with the rotated weight: a forward convolution, whose im2col + GEMM beats
@@ -327,6 +328,7 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
   }
   const at::Tensor go = as_batch(grad_output, s.in.batched);
   const at::Tensor wt = weight_arg.contiguous().view({p.g, p.kg, p.rows_g}).transpose(1, 2);
+  at::Tensor gi = new_gi();
   if (p.pointwise) {  // the columns are grad_input itself
     gemm_per_image(kernels, shared(wt, s.in.n), grouped(go, p, 0, s.in.n),
                    grouped(gi, p, 0, s.in.n));
@@ -391,6 +393,10 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
       cols = columns_view(buffer, p, nc);
       kernels.columns.im2col(input.narrow(0, n0, nc), cols, s.win, s.oh, s.ow,
                              columns_layout(p, nc));
+    }
+    if (p.per_image && s.in.n == 1) {  // one image: its product is the sum
+      gemm_per_image(kernels, grouped(go, p, 0, 1), cols.transpose(2, 3), acc.unsqueeze(0));
+      continue;
     }
     if (p.per_image) {  // one partial product per image
       partial = at::empty({nc, p.g, p.kg, p.rows_g}, acc_options);

@@ -82,11 +82,31 @@ std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
   return std::nullopt;
 }
 
+namespace {
+
+// Whether a grouped layer's gradients are tiny (at most kTinyDirectMacs
+// multiply-adds a pass, tiny_direct.h): they then take the direct kernels
+// first (grouped_direct.h; one launch for the input gradient, the slices'
+// planes and their sum for the weight's), whose device time is a few
+// microseconds there. The routes through the tensor cores cost the host
+// more than that: the input gradient as the forward of a rotated weight
+// (two copies of the weight and a second op's checks and routing), the
+// weight gradient as a dense problem whose groups' blocks are copied out.
+bool tiny_grouped_gradients(const Conv2dShape<int64_t>& s) {
+  return s.groups > 1 && s.in.n * s.oh * s.ow * s.k * (s.in.c / s.groups) * s.win.kh * s.win.kw <=
+                             kTinyDirectMacs;
+}
+
+}  // namespace
+
 std::optional<at::Tensor> cuda_conv2d_grad_input_engine(const at::Tensor& grad_output,
                                                         const at::Tensor& input,
                                                         const at::Tensor& weight,
                                                         const Conv2dShape<int64_t>& s) {
   if (s.groups > 1) {
+    if (tiny_grouped_gradients(s)) {
+      if (auto gi = grouped_direct_conv2d_grad_input(grad_output, input, weight, s)) return gi;
+    }
     if (grad_input_as_forward(s.win)) return std::nullopt;  // the grouped forward's tensor cores
 #ifdef CUSTOMCONV_WITH_CUTLASS
     if (auto gi = implicit_gemm_grouped_conv2d_grad_input(grad_output, input, weight, s)) return gi;
@@ -122,7 +142,7 @@ std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_
                                                          const at::Tensor& weight,
                                                          const Conv2dShape<int64_t>& s) {
   if (s.groups > 1) {
-    if (direct_grad_weight_first(input, s)) {
+    if (direct_grad_weight_first(input, s) || tiny_grouped_gradients(s)) {
       if (auto gw = grouped_direct_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
     }
 #ifdef CUSTOMCONV_WITH_CUTLASS

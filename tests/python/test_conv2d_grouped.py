@@ -199,6 +199,33 @@ def test_grouped_weight_gradient_route(dtype, groups, direct, gen):
     torch.testing.assert_close(gw.double(), want, rtol=tol, atol=tol * float(want.abs().max()))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
+def test_tiny_grouped_gradients_take_the_direct_kernels(dtype, layout, gen):
+    # At most 2^20 multiply-adds a pass (engines_cuda.cpp): both gradients go
+    # to the direct kernels first, here where the tensor-core routes would
+    # otherwise take them (3 groups of 8 channels, a 3x3 window at stride 1).
+    x = make_tensor((2, 24, 9, 7), dtype, "cuda", layout, gen)
+    w = make_tensor((24, 8, 3, 3), dtype, "cuda", layout, gen)
+    go = make_tensor((2, 24, 9, 7), dtype, "cuda", layout, gen)
+    args = ([1, 1], [1, 1], [1, 1], 3)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        gi = ops.conv2d_grad_input(go, x, w, *args)
+        gw = ops.conv2d_grad_weight(go, x, w, *args)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if names:  # (none under compute-sanitizer)
+        joined = " ".join(names)
+        assert "grad_input_kernel" in joined and "grad_weight_kernel" in joined, joined[:300]
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    want_gi, want_gw = torch.autograd.grad(F.conv2d(x64, w64, None, 1, 1, 1, 3), (x64, w64), go.double())
+    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format  # F.conv2d's
+    assert gi.is_contiguous(memory_format=fmt) and gw.is_contiguous(memory_format=fmt)
+    tol = {torch.float16: 1e-2, torch.bfloat16: 4e-2}.get(dtype, 1e-5)
+    for got, want in ((gi, want_gi), (gw, want_gw)):
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * float(want.abs().max()))
+
+
 def mma_kernel_ran(fn):
     """fn's result and whether the tensor-core kernel for groups of 8
     (grouped_mma.h) ran in it, or the one-launch route for tiny NCHW problems

@@ -64,3 +64,24 @@ def test_float32_nchw_pointwise_forward_matches_float64(case, tf32, bias, gen):
         assert bool((err <= 4 * TF32_ROUNDOFF * bound + 1e-30).all()), f"{ctx}: max err {err.max().item()}"
     else:
         assert_matches(got, want.cpu(), bound.cpu(), torch.float32, c, "output", ctx, device="cuda")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("groups", [1, 2])
+def test_one_image_nchw_pointwise_gradients_match_float64(dtype, groups, gen):
+    # One image on a plane under 128 positions: the NCHW column route's
+    # per-image GEMMs in place, the weight gradient's product written
+    # straight into the result (conv2d.cpp).
+    x = make_tensor((1, 48, 9, 7), dtype, "cuda", gen=gen)
+    w = make_tensor((32, 48 // groups, 1, 1), dtype, "cuda", gen=gen)
+    go = make_tensor((1, 32, 9, 7), dtype, "cuda", gen=gen)
+    args = ([1, 1], [0, 0], [1, 1], groups)
+    gi = ops.conv2d_grad_input(go, x, w, *args)
+    gw = ops.conv2d_grad_weight(go, x, w, *args)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    want_gi, want_gw = torch.autograd.grad(F.conv2d(x64, w64, None, 1, 0, 1, groups), (x64, w64),
+                                           go.double())
+    assert gi.is_contiguous() and gw.is_contiguous()
+    tol = 1e-2 if dtype == torch.float16 else 4 * TF32_ROUNDOFF  # (TF32 as PyTorch's default allows)
+    for got, want in ((gi, want_gi), (gw, want_gw)):
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * float(want.abs().max()))
