@@ -25,20 +25,40 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python_stub"))
 import customconv  # noqa: E402
 
 
-def per_call_us(fn: Callable[[], object], device: str, calls: int, rounds: int = 5) -> float:
-    """Median over rounds of (time for `calls` back-to-back calls) / calls, in us."""
+ROUNDS = 9
+
+
+def round_us(fn: Callable[[], object], sync: Callable[[], None], calls: int) -> float:
+    """(Time for `calls` back-to-back calls and one synchronize) / calls, in us."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def per_call_us(fn: Callable[[], object], device: str, calls: int, rounds: int = ROUNDS) -> float:
+    """Median over rounds of round_us."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     for _ in range(20):
         fn()
     sync()
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        times.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(times)
+    return statistics.median(round_us(fn, sync, calls) for _ in range(rounds))
+
+
+def paired_us(ours: Callable[[], object], theirs: Callable[[], object], device: str, calls: int,
+              rounds: int = ROUNDS):
+    """(ours' median us, theirs' median us, median of the rounds' ratios), the
+    two sides' rounds taken in turn, so that a slow stretch of a busy host
+    falls on both."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(20):
+        ours()
+        theirs()
+    sync()
+    pairs = [(round_us(ours, sync, calls), round_us(theirs, sync, calls)) for _ in range(rounds)]
+    return (statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs),
+            statistics.median(a / b for a, b in pairs))
 
 
 def cases(device: str, dtype: torch.dtype) -> Dict[str, Dict[str, Callable]]:
@@ -111,18 +131,17 @@ def main(argv: List[str]) -> int:
     rows = []
     for name, fns in cases(args.device, dtype).items():
         for pass_, ours, theirs in (("fwd", "ours", "torch"), ("fwd+bwd", "ours_bwd", "torch_bwd")):
-            t_ours = per_call_us(fns[ours], args.device, args.calls)
-            t_torch = per_call_us(fns[theirs], args.device, args.calls)
-            rows.append(dict(op=name, pass_=pass_, ours_us=t_ours, torch_us=t_torch,
-                             ratio=t_ours / t_torch))
+            t_ours, t_torch, ratio = paired_us(fns[ours], fns[theirs], args.device, args.calls)
+            rows.append(dict(op=name, pass_=pass_, ours_us=t_ours, torch_us=t_torch, ratio=ratio))
             print(f"{name:28s} {pass_:8s} ours {t_ours:8.1f} us  PyTorch {t_torch:8.1f} us  "
-                  f"ratio {t_ours / t_torch:5.2f}", flush=True)
+                  f"ratio {ratio:5.2f}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     device_name = (torch.cuda.get_device_name() if args.device == "cuda" else "CPU")
     (args.out / f"{args.device}.json").write_text(json.dumps(
         dict(device=device_name, dtype=args.dtype, calls=args.calls, rows=rows), indent=1))
     lines = [f"# Host cost per call on {device_name} ({args.dtype}, tiny inputs, "
-             f"{args.calls} calls queued, median of 5 rounds)", "",
+             f"{args.calls} calls queued a round, {ROUNDS} rounds a side taken in turn)", "",
+             "Per call: the median over rounds; ours / PyTorch: the median of the rounds' ratios.", "",
              "| op | pass | ours us | PyTorch us | ours / PyTorch |", "|---|---|---:|---:|---:|"]
     lines += [f"| {r['op']} | {r['pass_']} | {r['ours_us']:.1f} | {r['torch_us']:.1f} | "
               f"{r['ratio']:.2f} |" for r in rows]
