@@ -5,6 +5,9 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <array>
+#include <vector>
+
 #include "customconv/customconv.h"
 #include "ops/common/epilogue.h"
 #include "ops/common/trilinear_shapes.h"
@@ -19,21 +22,32 @@ std::vector<int64_t> as_pair(c10::IntArrayRef v) {
   return v.size() == 1 ? std::vector<int64_t>{v[0], v[0]} : v.vec();
 }
 
-// stride, padding and dilation of a convolution, kept for its backward.
+// stride, padding and dilation of a convolution, kept for its backward as
+// one saved entry of six values (one map insertion and one lookup a node).
 struct SavedWindow {
-  std::vector<int64_t> stride, padding, dilation;
+  std::array<int64_t, 6> v;
+  c10::IntArrayRef stride() const { return {v.data(), 2}; }
+  c10::IntArrayRef padding() const { return {v.data() + 2, 2}; }
+  c10::IntArrayRef dilation() const { return {v.data() + 4, 2}; }
 };
 
 void save_window(AutogradContext* ctx, c10::IntArrayRef stride, c10::IntArrayRef padding,
                  c10::IntArrayRef dilation) {
-  ctx->saved_data["stride"] = as_pair(stride);
-  ctx->saved_data["padding"] = as_pair(padding);
-  ctx->saved_data["dilation"] = as_pair(dilation);
+  std::vector<int64_t> v;
+  v.reserve(6);
+  // (A list of another length fails the op's own checks in the forward.)
+  for (const c10::IntArrayRef a : {stride, padding, dilation}) {
+    v.push_back(a.empty() ? 0 : a[0]);
+    v.push_back(a.size() >= 2 ? a[1] : v.back());
+  }
+  ctx->saved_data["window"] = std::move(v);
 }
 
 SavedWindow load_window(AutogradContext* ctx) {
-  return {ctx->saved_data["stride"].toIntVector(), ctx->saved_data["padding"].toIntVector(),
-          ctx->saved_data["dilation"].toIntVector()};
+  SavedWindow w;
+  const auto list = ctx->saved_data["window"].toIntList();
+  for (size_t i = 0; i < w.v.size(); ++i) w.v[i] = list[i];
+  return w;
 }
 
 // conv2d's (input, weight, bias) gradients from grad_output `go`, those asked
@@ -42,7 +56,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_gradients(AutogradContext*
                                                                 const at::Tensor& go,
                                                                 const at::Tensor& input,
                                                                 const at::Tensor& weight) {
-  const auto [stride, padding, dilation] = load_window(ctx);
+  const SavedWindow win = load_window(ctx);
+  const c10::IntArrayRef stride = win.stride(), padding = win.padding(), dilation = win.dilation();
   const int64_t groups = ctx->saved_data["groups"].toInt();
   at::Tensor gi, gw, gb;
   if (ctx->needs_input_grad(0)) {
@@ -139,7 +154,8 @@ class DepthwiseConv2dFunction : public torch::autograd::Function<DepthwiseConv2d
     const at::Tensor& input = saved[0];
     const at::Tensor& weight = saved[1];
     const at::Tensor go = grads[0];
-    const auto [stride, padding, dilation] = load_window(ctx);
+    const SavedWindow win = load_window(ctx);
+  const c10::IntArrayRef stride = win.stride(), padding = win.padding(), dilation = win.dilation();
     at::Tensor gi, gw, gb;
     if (ctx->needs_input_grad(0)) {
       gi = detail::depthwise_conv2d_grad_input(go, input, weight, stride, padding, dilation);
@@ -247,7 +263,8 @@ class Im2colFunction : public torch::autograd::Function<Im2colFunction> {
 
   // The adjoint of im2col is col2im (differentiable in turn).
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto [stride, padding, dilation] = load_window(ctx);
+    const SavedWindow win = load_window(ctx);
+  const c10::IntArrayRef stride = win.stride(), padding = win.padding(), dilation = win.dilation();
     at::Tensor gi =
         customconv::col2im(grads[0], ctx->saved_data["image_size"].toIntVector(),
                            ctx->saved_data["kernel_size"].toIntVector(), stride, padding, dilation);
@@ -269,7 +286,8 @@ class Col2imFunction : public torch::autograd::Function<Col2imFunction> {
 
   // The adjoint of col2im is im2col (differentiable in turn).
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto [stride, padding, dilation] = load_window(ctx);
+    const SavedWindow win = load_window(ctx);
+  const c10::IntArrayRef stride = win.stride(), padding = win.padding(), dilation = win.dilation();
     at::Tensor gc = customconv::im2col(grads[0], ctx->saved_data["kernel_size"].toIntVector(),
                                        stride, padding, dilation);
     return {gc, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
