@@ -155,7 +155,8 @@ class DepthwiseConv2dFunction : public torch::autograd::Function<DepthwiseConv2d
     const at::Tensor& weight = saved[1];
     const at::Tensor go = grads[0];
     const SavedWindow win = load_window(ctx);
-  const c10::IntArrayRef stride = win.stride(), padding = win.padding(), dilation = win.dilation();
+    const c10::IntArrayRef stride = win.stride(), padding = win.padding(),
+                           dilation = win.dilation();
     at::Tensor gi, gw, gb;
     if (ctx->needs_input_grad(0)) {
       gi = detail::depthwise_conv2d_grad_input(go, input, weight, stride, padding, dilation);
@@ -264,7 +265,8 @@ class Im2colFunction : public torch::autograd::Function<Im2colFunction> {
   // The adjoint of im2col is col2im (differentiable in turn).
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const SavedWindow win = load_window(ctx);
-  const c10::IntArrayRef stride = win.stride(), padding = win.padding(), dilation = win.dilation();
+    const c10::IntArrayRef stride = win.stride(), padding = win.padding(),
+                           dilation = win.dilation();
     at::Tensor gi =
         customconv::col2im(grads[0], ctx->saved_data["image_size"].toIntVector(),
                            ctx->saved_data["kernel_size"].toIntVector(), stride, padding, dilation);
@@ -287,7 +289,8 @@ class Col2imFunction : public torch::autograd::Function<Col2imFunction> {
   // The adjoint of col2im is im2col (differentiable in turn).
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const SavedWindow win = load_window(ctx);
-  const c10::IntArrayRef stride = win.stride(), padding = win.padding(), dilation = win.dilation();
+    const c10::IntArrayRef stride = win.stride(), padding = win.padding(),
+                           dilation = win.dilation();
     at::Tensor gc = customconv::im2col(grads[0], ctx->saved_data["kernel_size"].toIntVector(),
                                        stride, padding, dilation);
     return {gc, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};

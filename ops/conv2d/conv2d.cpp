@@ -304,7 +304,9 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
   }
   const Plan p = make_plan(s, input_arg, Pass::kGradInput);
   // (Allocated where a route below writes it: the forward route returns its own.)
-  const auto new_gi = [&] { return at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, input_arg.options()); };
+  const auto new_gi = [&] {
+    return at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, input_arg.options());
+  };
   if (s.in.n * s.in.c * s.in.h * s.in.w == 0) return in_format(unbatch(new_gi(), s.in.batched));
   if (s.k == 0) return in_format(unbatch(new_gi(), s.in.batched).zero_());
 

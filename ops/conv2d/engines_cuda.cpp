@@ -93,8 +93,8 @@ namespace {
 // (two copies of the weight and a second op's checks and routing), the
 // weight gradient as a dense problem whose groups' blocks are copied out.
 bool tiny_grouped_gradients(const Conv2dShape<int64_t>& s) {
-  return s.groups > 1 && s.in.n * s.oh * s.ow * s.k * (s.in.c / s.groups) * s.win.kh * s.win.kw <=
-                             kTinyDirectMacs;
+  return s.groups > 1 &&
+         s.in.n * s.oh * s.ow * s.k * (s.in.c / s.groups) * s.win.kh * s.win.kw <= kTinyDirectMacs;
 }
 
 }  // namespace

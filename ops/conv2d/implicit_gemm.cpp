@@ -168,12 +168,15 @@ WgradTile wgrad_tile(const at::Tensor& input, const Conv2dShape<int64_t>& s, boo
 // per multiprocessor (2; 64 x 64 tiles 4, 8 in float32, 128 x 64 tiles 1, as
 // measured), each slice at least 1024 positions long, their float32 planes
 // within 48 MiB.
-int wgrad_split_k(const at::Tensor& input, const Conv2dShape<int64_t>& s, int device, WgradTile tile) {
+int wgrad_split_k(const at::Tensor& input, const Conv2dShape<int64_t>& s, int device,
+                  WgradTile tile) {
   const implicit_gemm::TileRowsCols shape = implicit_gemm::wgrad_tile_shape(tile);
   const int64_t tiles = ((s.k + shape.rows - 1) / shape.rows) *
                         ((s.win.kh * s.win.kw * s.in.c + shape.cols - 1) / shape.cols);
   const int64_t small_waves = input.scalar_type() == at::kFloat ? 8 : 4;
-  const int64_t waves = tile == WgradTile::kSmall ? small_waves : tile == WgradTile::kNarrow ? 1 : 2;
+  const int64_t waves = tile == WgradTile::kSmall    ? small_waves
+                        : tile == WgradTile::kNarrow ? 1
+                                                     : 2;
   const int64_t wanted = (waves * int64_t(multiprocessors(device)) + tiles - 1) / tiles;
   const int64_t by_length = (s.in.n * s.oh * s.ow) / 1024;
   const int64_t plane_bytes = s.k * s.win.kh * s.win.kw * s.in.c * 4;
