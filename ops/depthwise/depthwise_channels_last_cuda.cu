@@ -1,12 +1,11 @@
-// depthwise_conv2d's forward on channels_last tensors on CUDA: the input read
-// and the output written in place, with no layout change (the NCHW kernels
-// need one each way, two passes over memory that cost more than the
-// convolution on ConvNeXt's and MobileNet's layers).
+// depthwise_conv2d's forward on channels_last tensors on CUDA, and the input
+// gradient at stride 1 through the same kernel: the input read and the output
+// written in place, with no layout change (the NCHW kernels need one each
+// way, two passes over memory that cost more than the convolution on
+// ConvNeXt's and MobileNet's layers).
 //
-// Square windows of 3, 5 or 7 taps, stride 1 or 2, no dilation, channel
-// multiplier 1, channels a whole number of 16-byte vectors (8 in 16-bit, 4 in
-// float32); float16, bfloat16 and float32. Other calls return false and keep
-// the NCHW kernels.
+// The calls taken: depthwise_channels_last_cuda.h. Others return false and
+// keep the NCHW kernels.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -18,6 +17,7 @@
 
 #include "ops/common/kernel_fit.h"
 #include "ops/depthwise/depthwise.h"
+#include "ops/depthwise/depthwise_channels_last_cuda.h"
 
 namespace customconv {
 namespace {
@@ -46,6 +46,7 @@ struct alignas(2 * sizeof(T)) Two {
 
 struct Geometry {
   int c, h, w, oh, ow, pad_h, pad_w, col_tiles;
+  int flip;  // 1: the window turned by 180 degrees (the stride-1 input gradient)
 };
 
 // The staged input tile: the rows and columns the block's outputs read, each
@@ -89,7 +90,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t n = blockIdx.z;
   for (int i = threadIdx.x; i < K * K * kChannels; i += kThreads) {
     const int tap = i / kChannels, c = c0 + i % kChannels;
-    taps[i] = c < g.c ? float(wt[int64_t(c) * K * K + tap]) : 0.f;
+    taps[i] = c < g.c ? float(wt[int64_t(c) * K * K + (g.flip ? K * K - 1 - tap : tap)]) : 0.f;
   }
   const T* image = in + n * g.h * g.w * g.c;
   const int iy0 = oy0 * S - g.pad_h, ix0 = ox0 * S - g.pad_w;
@@ -195,38 +196,75 @@ bool launch_window(const at::Tensor& input, const at::Tensor& weight, const at::
   }
 }
 
-bool forward_channels_last_cuda(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                                const at::Tensor& output, const Window2d& win, Activation act) {
-  const auto dtype = input.scalar_type();
-  if (dtype != at::kHalf && dtype != at::kBFloat16 && dtype != at::kFloat) return false;
-  const int64_t k = win.kh;
-  if (win.kw != k || (k != 3 && k != 5 && k != 7) || win.sh != win.sw || (win.sh != 1 && win.sh != 2) ||
-      win.dh != 1 || win.dw != 1) {
-    return false;
-  }
-  const int64_t c = input.size(1);
-  const auto aligned16 = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0; };
-  if (c % (16 / input.element_size()) != 0 || !aligned16(input) || win.ph >= k || win.pw >= k) return false;
-  for (int64_t v : {c, input.size(2), input.size(3), output.size(2), output.size(3)}) {
+// The window and `image`'s channels the kernel takes (the header's rule), and
+// the sizes of `image` and `result` (the kernel's input and output, N, C, H, W).
+bool takes_call(const at::Tensor& image, const at::Tensor& result, const Window2d& win) {
+  if (!channels_last_cuda_takes(image, win)) return false;
+  for (int64_t v : {result.size(2), result.size(3)}) {
     if (v > std::numeric_limits<int>::max() / 4) return false;
   }
-  const c10::cuda::CUDAGuard guard(input.device());
-  const Geometry g{int(c), int(input.size(2)), int(input.size(3)), int(output.size(2)), int(output.size(3)),
-                   int(win.ph), int(win.pw), 0};
+  return true;
+}
+
+// Runs the kernel on `image` into `result` (identity activation and no bias unless given).
+bool run(const at::Tensor& image, const at::Tensor& weight, const at::Tensor& bias,
+         const at::Tensor& result, const Geometry& g, const Window2d& win, Activation act) {
+  const c10::cuda::CUDAGuard guard(image.device());
   const at::Tensor w = weight.contiguous();
-  const int stride = int(win.sh);
-  switch (dtype) {
-    case at::kHalf: return launch_window<at::Half>(input, w, bias, output, g, int(k), stride, act);
-    case at::kBFloat16: return launch_window<at::BFloat16>(input, w, bias, output, g, int(k), stride, act);
-    default: return launch_window<float>(input, w, bias, output, g, int(k), stride, act);
+  const int k = int(win.kh), stride = int(win.sh);
+  switch (image.scalar_type()) {
+    case at::kHalf: return launch_window<at::Half>(image, w, bias, result, g, k, stride, act);
+    case at::kBFloat16: return launch_window<at::BFloat16>(image, w, bias, result, g, k, stride, act);
+    default: return launch_window<float>(image, w, bias, result, g, k, stride, act);
   }
+}
+
+bool forward_channels_last_cuda(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                                const at::Tensor& output, const Window2d& win, Activation act) {
+  if (!takes_call(input, output, win)) return false;
+  const Geometry g{int(input.size(1)), int(input.size(2)), int(input.size(3)), int(output.size(2)),
+                   int(output.size(3)), int(win.ph), int(win.pw), 0, 0};
+  return run(input, weight, bias, output, g, win, act);
+}
+
+// The input gradient. At stride 1 it is the forward of grad_output with the
+// window turned by 180 degrees and padding k - 1 - p on each side (the full
+// correlation); stride 2 has its own kernel (depthwise_channels_last_grad_cuda.cu).
+bool grad_input_channels_last_cuda(const at::Tensor& grad_output, const at::Tensor& weight,
+                                   const at::Tensor& grad_input, const Window2d& win) {
+  if (!takes_call(grad_output, grad_input, win)) return false;
+  if (win.sh != 1) return depthwise_grad_input_stride2_channels_last_cuda(grad_output, weight, grad_input, win);
+  const Geometry g{int(grad_output.size(1)), int(grad_output.size(2)), int(grad_output.size(3)),
+                   int(grad_input.size(2)), int(grad_input.size(3)), int(win.kh - 1 - win.ph),
+                   int(win.kw - 1 - win.pw), 0, 1};
+  return run(grad_output, weight, at::Tensor(), grad_input, g, win, Activation::kIdentity);
 }
 
 }  // namespace
 
+bool channels_last_cuda_takes(const at::Tensor& t, const Window2d& win) {
+  const auto dtype = t.scalar_type();
+  if (dtype != at::kHalf && dtype != at::kBFloat16 && dtype != at::kFloat) return false;
+  const int64_t k = win.kh;
+  if (win.kw != k || (k != 3 && k != 5 && k != 7) || win.sh != win.sw || (win.sh != 1 && win.sh != 2) ||
+      win.dh != 1 || win.dw != 1 || win.ph >= k || win.pw >= k) {
+    return false;
+  }
+  const int64_t c = t.size(1);
+  if (c % (16 / t.element_size()) != 0 || reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 != 0) {
+    return false;
+  }
+  for (int64_t v : {c, t.size(2), t.size(3)}) {
+    if (v > std::numeric_limits<int>::max() / 4) return false;
+  }
+  return true;
+}
+
 DepthwiseChannelsLastKernels cuda_depthwise_channels_last_kernels() {
   DepthwiseChannelsLastKernels kernels;
   kernels.forward = &forward_channels_last_cuda;
+  kernels.grad_input = &grad_input_channels_last_cuda;
+  kernels.grad_weight = &depthwise_grad_weight_channels_last_cuda;
   return kernels;
 }
 

@@ -1,18 +1,21 @@
-"""depthwise_conv2d's channels_last forward kernel on CUDA
-(ops/depthwise/depthwise_channels_last_cuda.cu): square 3x3, 5x5 and 7x7
-windows, stride 1 and 2, any padding, channel counts on and off the kernel's
-32-channel blocks, planes on and off its output tiles, with
-and without bias, every activation of conv2d_fused, float16, bfloat16 and
-float32, against F.conv2d in float64; the output is channels_last, written in
-place. Calls it declines (channels not a whole number of 16-byte vectors,
-dilation, other windows, float64)
-keep the other kernels and the same results."""
+"""depthwise_conv2d's channels_last kernels on CUDA
+(ops/depthwise/depthwise_channels_last_cuda.cu and
+depthwise_channels_last_grad_cuda.cu): square 3x3, 5x5 and 7x7 windows,
+stride 1 and 2, any padding, channel counts on and off the kernels'
+32-channel blocks, planes on and off their tiles, with and without bias,
+every activation of conv2d_fused, float16, bfloat16 and float32, against
+F.conv2d in float64; the output and the input gradient are channels_last,
+written in place, with no layout change (no copy kernel runs). Calls they
+decline (channels not a whole number of 16-byte vectors, dilation, other
+windows, float64; 7x7 weight gradients) keep the other kernels and the same
+results."""
 
 import random
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
 
 from testlib import cuda, make_tensor, ops
 
@@ -108,3 +111,123 @@ def test_channels_last_forward_runs_in_a_cuda_graph(gen):
     graph.replay()
     torch.cuda.synchronize()
     check(out, reference(x, wt, None, 1, 3, "identity"), torch.float16, "graph")
+
+
+def gradients(x, wt, b, stride, pad, go, fn):
+    """(grad_input, grad_weight, grad_bias or None) of fn(x, wt, b) under go."""
+    x, wt = x.detach().requires_grad_(), wt.detach().requires_grad_()
+    b = None if b is None else b.detach().requires_grad_()
+    out = fn(x, wt, b, stride, pad)
+    return torch.autograd.grad(out, [t for t in (x, wt, b) if t is not None], go)
+
+
+def ours(x, wt, b, stride, pad):
+    return ops.depthwise_conv2d(x, wt, b, [stride, stride], [pad, pad], [1, 1])
+
+
+def theirs64(x, wt, b, stride, pad):
+    return F.conv2d(x.double(), wt.double(), None if b is None else b.double(), stride, pad, 1,
+                    x.shape[1])
+
+
+def check_gradients(x, wt, b, stride, pad, dtype, gen, ctx):
+    oh = (x.shape[2] + 2 * pad - wt.shape[2]) // stride + 1
+    ow = (x.shape[3] + 2 * pad - wt.shape[3]) // stride + 1
+    go = make_tensor((x.shape[0], wt.shape[0], oh, ow), dtype, "cuda", "channels_last", gen)
+    got = gradients(x, wt, b, stride, pad, go, ours)
+    want = gradients(x.double(), wt.double(), None if b is None else b.double(), stride, pad,
+                     go.double(), theirs64)
+    check(got[0], want[0], dtype, f"{ctx} grad_input")
+    for name, g, w in zip(("grad_weight", "grad_bias"), got[1:], want[1:]):
+        scale = w.abs().max().item()
+        torch.testing.assert_close(g.double(), w, rtol=TOL[dtype], atol=TOL[dtype] * max(scale, 1.0),
+                                   msg=lambda m, name=name: f"{ctx} {name}\n{m}")
+
+
+@pytest.mark.parametrize("idx", range(16))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_channels_last_gradients_match_torch_on_random_geometries(dtype, idx, rng, gen, seed):
+    k = rng.choice([3, 5, 7])
+    stride = rng.choice([1, 2])
+    pad = rng.randint(0, k - 1)
+    c = rng.choice([8, 24, 32, 40, 96, 144])
+    n = rng.choice([1, 2, 3])
+    h, w = rng.randint(k, 40), rng.randint(k, 40)
+    x = make_tensor((n, c, h, w), dtype, "cuda", "channels_last", gen)
+    wt = make_tensor((c, 1, k, k), dtype, "cuda", rng.choice(["contiguous", "channels_last"]), gen)
+    b = make_tensor((c,), dtype, "cuda", gen=gen) if rng.random() < 0.7 else None
+    check_gradients(x, wt, b, stride, pad, dtype, gen,
+                    f"seed={seed} n={n} c={c} {h}x{w} k={k} s={stride} p={pad} bias={b is not None}")
+
+
+@pytest.mark.parametrize("layer", [(32, 112, 3, 1), (96, 112, 3, 2), (144, 56, 3, 2), (960, 7, 3, 1),
+                                   (240, 28, 5, 2), (1152, 7, 5, 1), (96, 56, 7, 1)],
+                         ids=["mobilenet-112", "mobilenet-s2-112", "mobilenet-s2", "mobilenet-7",
+                              "efficientnet-k5-s2", "efficientnet-7", "convnext-56"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_channels_last_gradients_on_model_layers(dtype, layer, gen):
+    c, h, k, s = layer
+    x = make_tensor((4, c, h, h), dtype, "cuda", "channels_last", gen)
+    wt = make_tensor((c, 1, k, k), dtype, "cuda", "contiguous", gen)
+    b = make_tensor((c,), dtype, "cuda", gen=gen)
+    check_gradients(x, wt, b, s, k // 2, dtype, gen, str(layer))
+
+
+def kernels_run(fn):
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        fn()
+        torch.cuda.synchronize()
+    return [e.key for e in p.key_averages() if e.device_time_total > 0]
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_channels_last_backward_changes_no_layout(dtype, stride, gen):
+    # The backward of a channels_last layer runs the channels_last kernels
+    # alone: no copy to NCHW and back.
+    x = make_tensor((2, 64, 20, 20), dtype, "cuda", "channels_last", gen, requires_grad=True)
+    wt = make_tensor((64, 1, 3, 3), dtype, "cuda", "contiguous", gen, requires_grad=True)
+    b = make_tensor((64,), dtype, "cuda", gen=gen, requires_grad=True)
+    out = ops.depthwise_conv2d(x, wt, b, [stride, stride], [1, 1], [1, 1])
+    go = make_tensor(out.shape, dtype, "cuda", "channels_last", gen)
+    names = kernels_run(lambda: out.backward(go))
+    assert x.grad.is_contiguous(memory_format=torch.channels_last)
+    assert not any("copy" in n.lower() for n in names), names
+    want = "depthwise_channels_last_kernel" if stride == 1 else "grad_input_stride2_kernel"
+    assert any(want in n for n in names), names
+    assert any("grad_weight_partial_kernel" in n for n in names), names
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_channels_last_weight_gradient_is_bitwise_reproducible(dtype, gen):
+    x = make_tensor((8, 96, 56, 56), dtype, "cuda", "channels_last", gen)
+    wt = make_tensor((96, 1, 3, 3), dtype, "cuda", "contiguous", gen)
+    go = make_tensor((8, 96, 28, 28), dtype, "cuda", "channels_last", gen)
+    first = ops.depthwise_conv2d_grad_weight_bias(go, x, wt, [2, 2], [1, 1], [1, 1])
+    for _ in range(3):
+        again = ops.depthwise_conv2d_grad_weight_bias(go, x, wt, [2, 2], [1, 1], [1, 1])
+        assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+def test_channels_last_backward_runs_in_a_cuda_graph(gen):
+    dtype = torch.float16
+    x = make_tensor((2, 64, 30, 30), dtype, "cuda", "channels_last", gen)
+    wt = make_tensor((64, 1, 3, 3), dtype, "cuda", "contiguous", gen)
+    go = make_tensor((2, 64, 15, 15), dtype, "cuda", "channels_last", gen)
+    args = ([2, 2], [1, 1], [1, 1])
+    ops.depthwise_conv2d_grad_input(go, x, wt, *args)
+    ops.depthwise_conv2d_grad_weight_bias(go, x, wt, *args)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gi = ops.depthwise_conv2d_grad_input(go, x, wt, *args)
+        gw, gb = ops.depthwise_conv2d_grad_weight_bias(go, x, wt, *args)
+    go.copy_(make_tensor(go.shape, dtype, "cuda", "channels_last", gen))
+    x.copy_(make_tensor(x.shape, dtype, "cuda", "channels_last", gen))
+    graph.replay()
+    torch.cuda.synchronize()
+    want = gradients(x.double(), wt.double(), torch.zeros(64, device="cuda", dtype=torch.float64), 2,
+                     1, go.double(), theirs64)
+    check(gi, want[0], dtype, "graph grad_input")
+    torch.testing.assert_close(gw.double(), want[1], rtol=4e-3, atol=4e-3 * want[1].abs().max().item())
+    torch.testing.assert_close(gb.double(), want[2], rtol=4e-3, atol=4e-3 * want[2].abs().max().item())

@@ -1,0 +1,288 @@
+// depthwise_conv2d's gradients on channels_last tensors on CUDA, read and
+// written in that layout (the NCHW kernels would need grad_output and the
+// input changed to NCHW and the input gradient changed back: four passes over
+// memory a layer, which cost MobileNetV2's channels_last training step more
+// than its depthwise kernels). The input gradient at stride 1 runs the
+// forward's kernel (depthwise_channels_last_cuda.cu); the calls taken:
+// depthwise_channels_last_cuda.h.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "ops/depthwise/depthwise_channels_last_cuda.h"
+
+namespace customconv {
+namespace {
+
+template <typename T>
+struct alignas(2 * sizeof(T)) Two {
+  T a, b;
+};
+
+// Input (h, w) and output (oh, ow) planes, channels, padding.
+struct Geometry {
+  int c, h, w, oh, ow, pad_h, pad_w;
+};
+
+constexpr int kGatherThreads = 256;
+
+// The input gradient at stride 2. Thread i computes channels 2p and 2p + 1
+// (p = i mod C/2) of input position i div C/2 (positions run over images,
+// rows, columns): neighbouring threads take neighbouring channel pairs of a
+// position, so loads and stores are coalesced. A position gathers
+// grad_output at the outputs whose windows cover it, the taps r, t with
+// y + pad - r and x + pad - t even, in float; one rounding at the store.
+template <typename T, int K>
+__global__ void __launch_bounds__(kGatherThreads)
+    grad_input_stride2_kernel(const T* __restrict__ go, const T* __restrict__ wt,
+                              T* __restrict__ gi, Geometry g, int64_t items) {
+  const int64_t i = int64_t(blockIdx.x) * kGatherThreads + threadIdx.x;
+  if (i >= items) return;
+  const int pairs = g.c / 2;
+  const int c = 2 * int(i % pairs);
+  int64_t pos = i / pairs;
+  const int x = int(pos % g.w);
+  pos /= g.w;
+  const int y = int(pos % g.h);
+  const int64_t n = pos / g.h;
+  const T* image = go + n * g.oh * int64_t(g.ow) * g.c + c;
+  const T* w0 = wt + int64_t(c) * K * K;
+  float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+  for (int r = 0; r < K; ++r) {
+    const int ty = y + g.pad_h - r;
+    if (ty < 0 || (ty & 1) != 0 || (ty >> 1) >= g.oh) continue;
+#pragma unroll
+    for (int t = 0; t < K; ++t) {
+      const int tx = x + g.pad_w - t;
+      if (tx < 0 || (tx & 1) != 0 || (tx >> 1) >= g.ow) continue;
+      const Two<T> v =
+          *reinterpret_cast<const Two<T>*>(image + (int64_t(ty >> 1) * g.ow + (tx >> 1)) * g.c);
+      a0 += float(v.a) * float(w0[r * K + t]);
+      a1 += float(v.b) * float(w0[K * K + r * K + t]);
+    }
+  }
+  *reinterpret_cast<Two<T>*>(gi + 2 * i) = Two<T>{T(a0), T(a1)};
+}
+
+// The weight gradient's partial sums. A block takes kGwPairs channel pairs
+// (2 * kGwPairs channels) and one chunk of output positions (over images,
+// rows, columns); thread (pair, lane) sums, for its two channels and each
+// tap, grad_output times the input under the tap (and grad_output alone: the
+// bias's gradient) over positions chunk + lane, + kGwLanes, ... in float.
+// The block's lanes are then added in a fixed order (a warp's two lanes by a
+// shuffle, then the warps through shared memory) into part[chunk][tap][c],
+// tap K*K being the bias. Loads of grad_output are coalesced over channels;
+// the input's taps of neighbouring positions overlap and come from L1.
+constexpr int kGwPairs = 16;
+constexpr int kGwLanes = 16;
+constexpr int kGwThreads = kGwPairs * kGwLanes;  // 256
+constexpr int kGwWarps = kGwThreads / 32;
+
+template <typename T, int K, int S>
+__global__ void __launch_bounds__(kGwThreads)
+    grad_weight_partial_kernel(const T* __restrict__ go, const T* __restrict__ in,
+                               float* __restrict__ part, Geometry g, int64_t positions,
+                               int64_t chunk) {
+  constexpr int kTaps = K * K + 1;
+  __shared__ float sums[kGwWarps][kTaps][2 * kGwPairs];
+  const int pair = threadIdx.x % kGwPairs, lane = threadIdx.x / kGwPairs;
+  const int c = blockIdx.y * 2 * kGwPairs + 2 * pair;
+  float acc[kTaps][2];
+#pragma unroll
+  for (int i = 0; i < kTaps; ++i) acc[i][0] = acc[i][1] = 0.f;
+  const int64_t begin = int64_t(blockIdx.x) * chunk;
+  const int64_t end = std::min(begin + chunk, positions);
+  if (c < g.c) {
+    for (int64_t p = begin + lane; p < end; p += kGwLanes) {
+      const int ox = int(p % g.ow);
+      const int64_t q = p / g.ow;
+      const int oy = int(q % g.oh);
+      const int64_t n = q / g.oh;
+      const Two<T> d = *reinterpret_cast<const Two<T>*>(go + p * g.c + c);
+      const float d0 = float(d.a), d1 = float(d.b);
+      acc[K * K][0] += d0;
+      acc[K * K][1] += d1;
+      const int iy0 = oy * S - g.pad_h, ix0 = ox * S - g.pad_w;
+      const T* image = in + n * g.h * int64_t(g.w) * g.c + c;
+#pragma unroll
+      for (int r = 0; r < K; ++r) {
+        const int iy = iy0 + r;
+        if (iy < 0 || iy >= g.h) continue;
+#pragma unroll
+        for (int t = 0; t < K; ++t) {
+          const int ix = ix0 + t;
+          if (ix < 0 || ix >= g.w) continue;
+          const Two<T> v = *reinterpret_cast<const Two<T>*>(image + (int64_t(iy) * g.w + ix) * g.c);
+          acc[r * K + t][0] += d0 * float(v.a);
+          acc[r * K + t][1] += d1 * float(v.b);
+        }
+      }
+    }
+  }
+  // Threads pair and pair + 16 of a warp hold the same channels (lanes 2w, 2w + 1).
+#pragma unroll
+  for (int i = 0; i < kTaps; ++i) {
+    acc[i][0] += __shfl_down_sync(0xffffffffu, acc[i][0], 16);
+    acc[i][1] += __shfl_down_sync(0xffffffffu, acc[i][1], 16);
+  }
+  const int warp = threadIdx.x / 32;
+  if (threadIdx.x % 32 < 16) {
+#pragma unroll
+    for (int i = 0; i < kTaps; ++i) {
+      sums[warp][i][2 * pair] = acc[i][0];
+      sums[warp][i][2 * pair + 1] = acc[i][1];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kTaps * 2 * kGwPairs; i += kGwThreads) {
+    const int tap = i / (2 * kGwPairs), cc = i % (2 * kGwPairs);
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < kGwWarps; ++w) s += sums[w][tap][cc];
+    const int ch = blockIdx.y * 2 * kGwPairs + cc;
+    if (ch < g.c) part[(int64_t(blockIdx.x) * kTaps + tap) * g.c + ch] = s;
+  }
+}
+
+// The chunks' partial sums added in chunk order: thread i = tap * C + c
+// (coalesced reads of part) writes grad_weight[c][tap], or grad_bias[c] for
+// tap K*K (when asked for), rounded once.
+constexpr int kFinishThreads = 256;
+
+template <typename T, int K>
+__global__ void __launch_bounds__(kFinishThreads)
+    grad_weight_finish_kernel(const float* __restrict__ part, T* __restrict__ gw,
+                              T* __restrict__ gb, int c_count, int chunks) {
+  constexpr int kTaps = K * K + 1;
+  const int i = blockIdx.x * kFinishThreads + threadIdx.x;
+  if (i >= kTaps * c_count) return;
+  float s = 0.f;
+  for (int k = 0; k < chunks; ++k) s += part[int64_t(k) * kTaps * c_count + i];
+  const int tap = i / c_count, c = i % c_count;
+  if (tap < K * K) {
+    gw[int64_t(c) * K * K + tap] = T(s);
+  } else if (gb != nullptr) {
+    gb[c] = T(s);
+  }
+}
+
+Geometry geometry(const at::Tensor& input, const at::Tensor& output, const Window2d& win) {
+  return {int(input.size(1)), int(input.size(2)), int(input.size(3)), int(output.size(2)),
+          int(output.size(3)), int(win.ph), int(win.pw)};
+}
+
+template <typename T, int K>
+void launch_gather(const at::Tensor& go, const at::Tensor& weight, const at::Tensor& gi,
+                   const Geometry& g) {
+  const int64_t items = gi.numel() / 2;
+  const int64_t blocks = (items + kGatherThreads - 1) / kGatherThreads;
+  grad_input_stride2_kernel<T, K><<<unsigned(blocks), kGatherThreads, 0,
+                                    at::cuda::getCurrentCUDAStream()>>>(
+      go.const_data_ptr<T>(), weight.const_data_ptr<T>(), gi.mutable_data_ptr<T>(), g, items);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T, int K, int S>
+void launch_weight(const at::Tensor& go, const at::Tensor& input, const at::Tensor& gw,
+                   const at::Tensor& gb, const Geometry& g) {
+  constexpr int kTaps = K * K + 1;
+  const int64_t positions = go.size(0) * int64_t(g.oh) * g.ow;
+  const int channel_blocks = (g.c + 2 * kGwPairs - 1) / (2 * kGwPairs);
+  // About four blocks a multiprocessor, at least 16 positions a lane: the
+  // chunks depend on the shape and the device alone (a fixed order).
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t by_device = (4 * int64_t(sms) + channel_blocks - 1) / channel_blocks;
+  const int64_t by_length = (positions + 16 * kGwLanes - 1) / (16 * kGwLanes);
+  const int64_t wanted = std::max<int64_t>(std::min(by_device, by_length), 1);
+  const int64_t chunk = (positions + wanted - 1) / wanted;
+  const int64_t chunks = (positions + chunk - 1) / chunk;
+  const at::Tensor part = at::empty({chunks * kTaps * g.c}, go.options().dtype(at::kFloat));
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  grad_weight_partial_kernel<T, K, S>
+      <<<dim3(unsigned(chunks), unsigned(channel_blocks)), kGwThreads, 0, stream>>>(
+          go.const_data_ptr<T>(), input.const_data_ptr<T>(), part.mutable_data_ptr<float>(), g,
+          positions, chunk);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int items = kTaps * g.c;
+  grad_weight_finish_kernel<T, K>
+      <<<unsigned((items + kFinishThreads - 1) / kFinishThreads), kFinishThreads, 0, stream>>>(
+          part.const_data_ptr<float>(), gw.mutable_data_ptr<T>(),
+          gb.defined() ? gb.mutable_data_ptr<T>() : nullptr, g.c, int(chunks));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T, int K>
+void launch_weight_stride(const at::Tensor& go, const at::Tensor& input, const at::Tensor& gw,
+                          const at::Tensor& gb, const Geometry& g, int stride) {
+  if (stride == 1) {
+    launch_weight<T, K, 1>(go, input, gw, gb, g);
+  } else {
+    launch_weight<T, K, 2>(go, input, gw, gb, g);
+  }
+}
+
+// Calls fn with a value of the element type of `dtype` (float16, bfloat16 or float32).
+template <class Fn>
+void with_dtype(at::ScalarType dtype, const Fn& fn) {
+  switch (dtype) {
+    case at::kHalf: fn(at::Half{}); break;
+    case at::kBFloat16: fn(at::BFloat16{}); break;
+    default: fn(float{});
+  }
+}
+
+}  // namespace
+
+bool depthwise_grad_input_stride2_channels_last_cuda(const at::Tensor& grad_output,
+                                                     const at::Tensor& weight,
+                                                     const at::Tensor& grad_input,
+                                                     const Window2d& win) {
+  if (win.sh != 2 || !channels_last_cuda_takes(grad_output, win) ||
+      grad_input.numel() / 2 > int64_t(kGatherThreads) * std::numeric_limits<unsigned>::max()) {
+    return false;
+  }
+  const c10::cuda::CUDAGuard guard(grad_output.device());
+  const at::Tensor w = weight.contiguous();
+  const Geometry g = geometry(grad_input, grad_output, win);
+  const int k = int(win.kh);
+  with_dtype(grad_output.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    switch (k) {
+      case 3: launch_gather<T, 3>(grad_output, w, grad_input, g); break;
+      case 5: launch_gather<T, 5>(grad_output, w, grad_input, g); break;
+      default: launch_gather<T, 7>(grad_output, w, grad_input, g);
+    }
+  });
+  return true;
+}
+
+bool depthwise_grad_weight_channels_last_cuda(const at::Tensor& grad_output,
+                                              const at::Tensor& input,
+                                              const at::Tensor& grad_weight,
+                                              const at::Tensor& grad_bias, const Window2d& win) {
+  if ((win.kh != 3 && win.kh != 5) || !channels_last_cuda_takes(input, win) ||
+      !channels_last_cuda_takes(grad_output, win) || !grad_weight.is_contiguous() ||
+      input.size(1) > 65535 * 2 * kGwPairs) {
+    return false;
+  }
+  const c10::cuda::CUDAGuard guard(input.device());
+  const Geometry g = geometry(input, grad_output, win);
+  const int k = int(win.kh), stride = int(win.sh);
+  with_dtype(input.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    if (k == 3) {
+      launch_weight_stride<T, 3>(grad_output, input, grad_weight, grad_bias, g, stride);
+    } else {
+      launch_weight_stride<T, 5>(grad_output, input, grad_weight, grad_bias, g, stride);
+    }
+  });
+  return true;
+}
+
+}  // namespace customconv
