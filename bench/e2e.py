@@ -6,7 +6,7 @@ customconv.fuse(model), a float32 training step, and the C++ deployment program.
         [--models resnet50,mobilenet_v2,efficientnet_b0,convnext_tiny]
         [--batches 32,1] [--dtypes float32,float16] [--layouts nchw,channels_last]
         [--iters N] [--rounds R] [--no-script-fused] [--render JSON] [--merge JSON JSON ...]
-        [--no-train] [--train-batch N]
+        [--no-train] [--train-batch N] [--no-inference]
         [--no-demo] [--demo-binary PATH] [--demo-models M,...]
         [--demo-dtypes float32,float16] [--demo-layouts channels_last]
         [--demo-batch N] [--demo-threads T] [--demo-iters N]
@@ -890,6 +890,9 @@ def parse_args(argv: List[str]):
     p.add_argument("--no-script-fused", dest="script_fused", action="store_false",
                    help="do not also time torch.jit.script(fused model) (\"fused scripted\")")
     p.add_argument("--no-train", action="store_true", help="skip the training step")
+    p.add_argument("--no-inference", action="store_true",
+                   help="skip inference: a report of the training steps (and the demo unless "
+                        "--no-demo) alone, written as training-<device>.*")
     p.add_argument("--train-batch", type=int, help="default 32 on cuda, 4 on cpu")
     p.add_argument("--no-demo", action="store_true", help="skip the C++ demo")
     p.add_argument("--demo-binary", type=Path,
@@ -998,7 +1001,8 @@ def main(argv: List[str]) -> int:
                                                  if d["round_ms"] > 0 else d["min_iters"]),
                             rounds=args.rounds, warmup_calls=d["warmup_calls"],
                             warmup_s=d["warmup_s"]))
-    n_inf = len(args.models) * len(args.batches) * len(args.dtypes) * len(args.layouts)
+    n_inf = (0 if args.no_inference else
+             len(args.models) * len(args.batches) * len(args.dtypes) * len(args.layouts))
     n_train = 0 if args.no_train else len(args.models) * len(args.layouts)
     demo_binary_ok = args.demo_binary.is_file() and os.access(args.demo_binary, os.X_OK)
     demo_models = [] if args.no_demo else args.demo_models
@@ -1027,7 +1031,8 @@ def main(argv: List[str]) -> int:
         base = make_base(name, seed=0)
         try:
             if name in args.models:
-                inf += run_inference(name, base, args, timer, progress, notes, summaries)
+                if not args.no_inference:
+                    inf += run_inference(name, base, args, timer, progress, notes, summaries)
                 if not args.no_train:
                     train += run_training(name, base, args, timer, progress)
             if name in demo_models:
@@ -1042,7 +1047,7 @@ def main(argv: List[str]) -> int:
     targets = evaluate_targets(args.device, inf, train, demo, args)
     meta["seconds"] = round(time.perf_counter() - t_start, 1)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"fused-{args.device}"
+    stem = args.out / f"{'training' if args.no_inference else 'fused'}-{args.device}"
     stem.with_suffix(".json").write_text(json.dumps(
         dict(meta=meta, inference=inf, training=train, demo=demo, targets=targets,
              fuse_summaries=summaries, notes=notes), indent=1, default=str) + "\n")
