@@ -37,19 +37,21 @@ constexpr int kGatherThreads = 256;
 // position, so loads and stores are coalesced. A position gathers
 // grad_output at the outputs whose windows cover it, the taps r, t with
 // y + pad - r and x + pad - t even, in float; one rounding at the store.
-template <typename T, int K>
+// I: the index type, 32-bit where the items fit (its divisions cost a
+// fraction of 64-bit ones, and a thread's work is a few loads).
+template <typename T, int K, typename I>
 __global__ void __launch_bounds__(kGatherThreads)
     grad_input_stride2_kernel(const T* __restrict__ go, const T* __restrict__ wt,
-                              T* __restrict__ gi, Geometry g, int64_t items) {
-  const int64_t i = int64_t(blockIdx.x) * kGatherThreads + threadIdx.x;
+                              T* __restrict__ gi, Geometry g, I items) {
+  const I i = I(blockIdx.x) * kGatherThreads + threadIdx.x;
   if (i >= items) return;
-  const int pairs = g.c / 2;
+  const I pairs = I(g.c / 2);
   const int c = 2 * int(i % pairs);
-  int64_t pos = i / pairs;
-  const int x = int(pos % g.w);
-  pos /= g.w;
-  const int y = int(pos % g.h);
-  const int64_t n = pos / g.h;
+  I pos = i / pairs;
+  const int x = int(pos % I(g.w));
+  pos /= I(g.w);
+  const int y = int(pos % I(g.h));
+  const int64_t n = int64_t(pos / I(g.h));
   const T* image = go + n * g.oh * int64_t(g.ow) * g.c + c;
   const T* w0 = wt + int64_t(c) * K * K;
   float a0 = 0.f, a1 = 0.f;
@@ -67,7 +69,7 @@ __global__ void __launch_bounds__(kGatherThreads)
       a1 += float(v.b) * float(w0[K * K + r * K + t]);
     }
   }
-  *reinterpret_cast<Two<T>*>(gi + 2 * i) = Two<T>{T(a0), T(a1)};
+  *reinterpret_cast<Two<T>*>(gi + 2 * int64_t(i)) = Two<T>{T(a0), T(a1)};
 }
 
 // The weight gradient's partial sums. A block takes kGwPairs channel pairs
@@ -98,12 +100,15 @@ __global__ void __launch_bounds__(kGwThreads)
   for (int i = 0; i < kTaps; ++i) acc[i][0] = acc[i][1] = 0.f;
   const int64_t begin = int64_t(blockIdx.x) * chunk;
   const int64_t end = std::min(begin + chunk, positions);
-  if (c < g.c) {
-    for (int64_t p = begin + lane; p < end; p += kGwLanes) {
-      const int ox = int(p % g.ow);
-      const int64_t q = p / g.ow;
-      const int oy = int(q % g.oh);
-      const int64_t n = q / g.oh;
+  if (c < g.c && begin + lane < end) {
+    // (n, oy, ox) of the first position, then stepped by kGwLanes positions
+    // without divisions (64-bit ones would cost more than the taps).
+    int64_t p = begin + lane;
+    int ox = int(p % g.ow);
+    const int64_t q = p / g.ow;
+    int oy = int(q % g.oh);
+    int64_t n = q / g.oh;
+    for (; p < end; p += kGwLanes) {
       const Two<T> d = *reinterpret_cast<const Two<T>*>(go + p * g.c + c);
       const float d0 = float(d.a), d1 = float(d.b);
       acc[K * K][0] += d0;
@@ -122,6 +127,11 @@ __global__ void __launch_bounds__(kGwThreads)
           acc[r * K + t][0] += d0 * float(v.a);
           acc[r * K + t][1] += d1 * float(v.b);
         }
+      }
+      ox += kGwLanes;
+      while (ox >= g.ow) {
+        ox -= g.ow;
+        if (++oy == g.oh) oy = 0, ++n;
       }
     }
   }
@@ -181,10 +191,18 @@ template <typename T, int K>
 void launch_gather(const at::Tensor& go, const at::Tensor& weight, const at::Tensor& gi,
                    const Geometry& g) {
   const int64_t items = gi.numel() / 2;
-  const int64_t blocks = (items + kGatherThreads - 1) / kGatherThreads;
-  grad_input_stride2_kernel<T, K><<<unsigned(blocks), kGatherThreads, 0,
-                                    at::cuda::getCurrentCUDAStream()>>>(
-      go.const_data_ptr<T>(), weight.const_data_ptr<T>(), gi.mutable_data_ptr<T>(), g, items);
+  const unsigned blocks = unsigned((items + kGatherThreads - 1) / kGatherThreads);
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const T* go_p = go.const_data_ptr<T>();
+  const T* w_p = weight.const_data_ptr<T>();
+  T* gi_p = gi.mutable_data_ptr<T>();
+  if (items + kGatherThreads <= int64_t(std::numeric_limits<uint32_t>::max())) {
+    grad_input_stride2_kernel<T, K, uint32_t>
+        <<<blocks, kGatherThreads, 0, stream>>>(go_p, w_p, gi_p, g, uint32_t(items));
+  } else {
+    grad_input_stride2_kernel<T, K, uint64_t>
+        <<<blocks, kGatherThreads, 0, stream>>>(go_p, w_p, gi_p, g, uint64_t(items));
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
