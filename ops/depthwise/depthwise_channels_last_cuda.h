@@ -1,11 +1,10 @@
 // depthwise_conv2d's CUDA kernels on channels_last tensors (the table's
 // entries: cuda_depthwise_channels_last_kernels, depthwise.h).
 //
-// They take square windows of 3, 5 or 7 taps (the weight gradient: 3 or 5),
-// stride 1 or 2, no dilation, padding under the window, channel multiplier 1,
-// channels a whole number of 16-byte vectors (8 in 16-bit, 4 in float32),
-// 16-byte aligned data; float16, bfloat16 and float32. Other calls return
-// false, writing nothing.
+// They take square windows of 3, 5 or 7 taps, stride 1 or 2, no dilation,
+// padding under the window, channel multiplier 1, channels a whole number of
+// 16-byte vectors (8 in 16-bit, 4 in float32), 16-byte aligned data;
+// float16, bfloat16 and float32. Other calls return false, writing nothing.
 #pragma once
 
 #include <ATen/core/Tensor.h>

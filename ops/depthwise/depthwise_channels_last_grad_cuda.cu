@@ -92,7 +92,10 @@ __global__ void __launch_bounds__(kGwThreads)
                                float* __restrict__ part, Geometry g, int64_t positions,
                                int64_t chunk) {
   constexpr int kTaps = K * K + 1;
-  __shared__ float sums[kGwWarps][kTaps][2 * kGwPairs];
+  // At most 26 taps' sums at a time in shared memory (26.6 KB): 7x7 windows
+  // take two rounds.
+  constexpr int kGroup = kTaps < 26 ? kTaps : 26;
+  __shared__ float sums[kGwWarps][kGroup][2 * kGwPairs];
   const int pair = threadIdx.x % kGwPairs, lane = threadIdx.x / kGwPairs;
   const int c = blockIdx.y * 2 * kGwPairs + 2 * pair;
   float acc[kTaps][2];
@@ -141,22 +144,30 @@ __global__ void __launch_bounds__(kGwThreads)
     acc[i][0] += __shfl_down_sync(0xffffffffu, acc[i][0], 16);
     acc[i][1] += __shfl_down_sync(0xffffffffu, acc[i][1], 16);
   }
+  // Then the warps, kGroup taps at a time through shared memory.
   const int warp = threadIdx.x / 32;
-  if (threadIdx.x % 32 < 16) {
 #pragma unroll
-    for (int i = 0; i < kTaps; ++i) {
-      sums[warp][i][2 * pair] = acc[i][0];
-      sums[warp][i][2 * pair + 1] = acc[i][1];
+  for (int t0 = 0; t0 < kTaps; t0 += kGroup) {
+    if (threadIdx.x % 32 < 16) {
+#pragma unroll
+      for (int i = 0; i < kGroup; ++i) {
+        if (t0 + i < kTaps) {
+          sums[warp][i][2 * pair] = acc[t0 + i][0];
+          sums[warp][i][2 * pair + 1] = acc[t0 + i][1];
+        }
+      }
     }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < kTaps * 2 * kGwPairs; i += kGwThreads) {
-    const int tap = i / (2 * kGwPairs), cc = i % (2 * kGwPairs);
-    float s = 0.f;
+    __syncthreads();
+    const int taps = kTaps - t0 < kGroup ? kTaps - t0 : kGroup;
+    for (int i = threadIdx.x; i < taps * 2 * kGwPairs; i += kGwThreads) {
+      const int tap = i / (2 * kGwPairs), cc = i % (2 * kGwPairs);
+      float s = 0.f;
 #pragma unroll
-    for (int w = 0; w < kGwWarps; ++w) s += sums[w][tap][cc];
-    const int ch = blockIdx.y * 2 * kGwPairs + cc;
-    if (ch < g.c) part[(int64_t(blockIdx.x) * kTaps + tap) * g.c + ch] = s;
+      for (int w = 0; w < kGwWarps; ++w) s += sums[w][tap][cc];
+      const int ch = blockIdx.y * 2 * kGwPairs + cc;
+      if (ch < g.c) part[(int64_t(blockIdx.x) * kTaps + t0 + tap) * g.c + ch] = s;
+    }
+    __syncthreads();
   }
 }
 
@@ -284,7 +295,7 @@ bool depthwise_grad_weight_channels_last_cuda(const at::Tensor& grad_output,
                                               const at::Tensor& input,
                                               const at::Tensor& grad_weight,
                                               const at::Tensor& grad_bias, const Window2d& win) {
-  if ((win.kh != 3 && win.kh != 5) || !channels_last_cuda_takes(input, win) ||
+  if (!channels_last_cuda_takes(input, win) ||
       !channels_last_cuda_takes(grad_output, win) || !grad_weight.is_contiguous() ||
       input.size(1) > 65535 * 2 * kGwPairs) {
     return false;
@@ -294,10 +305,10 @@ bool depthwise_grad_weight_channels_last_cuda(const at::Tensor& grad_output,
   const int k = int(win.kh), stride = int(win.sh);
   with_dtype(input.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    if (k == 3) {
-      launch_weight_stride<T, 3>(grad_output, input, grad_weight, grad_bias, g, stride);
-    } else {
-      launch_weight_stride<T, 5>(grad_output, input, grad_weight, grad_bias, g, stride);
+    switch (k) {
+      case 3: launch_weight_stride<T, 3>(grad_output, input, grad_weight, grad_bias, g, stride); break;
+      case 5: launch_weight_stride<T, 5>(grad_output, input, grad_weight, grad_bias, g, stride); break;
+      default: launch_weight_stride<T, 7>(grad_output, input, grad_weight, grad_bias, g, stride);
     }
   });
   return true;

@@ -7,8 +7,7 @@ every activation of conv2d_fused, float16, bfloat16 and float32, against
 F.conv2d in float64; the output and the input gradient are channels_last,
 written in place, with no layout change (no copy kernel runs). Calls they
 decline (channels not a whole number of 16-byte vectors, dilation, other
-windows, float64; 7x7 weight gradients) keep the other kernels and the same
-results."""
+windows, float64) keep the other kernels and the same results."""
 
 import random
 
@@ -180,15 +179,16 @@ def kernels_run(fn):
     return [e.key for e in p.key_averages() if e.device_time_total > 0]
 
 
+@pytest.mark.parametrize("k", [3, 5, 7])
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_channels_last_backward_changes_no_layout(dtype, stride, gen):
+def test_channels_last_backward_changes_no_layout(dtype, stride, k, gen):
     # The backward of a channels_last layer runs the channels_last kernels
     # alone: no copy to NCHW and back.
     x = make_tensor((2, 64, 20, 20), dtype, "cuda", "channels_last", gen, requires_grad=True)
-    wt = make_tensor((64, 1, 3, 3), dtype, "cuda", "contiguous", gen, requires_grad=True)
+    wt = make_tensor((64, 1, k, k), dtype, "cuda", "contiguous", gen, requires_grad=True)
     b = make_tensor((64,), dtype, "cuda", gen=gen, requires_grad=True)
-    out = ops.depthwise_conv2d(x, wt, b, [stride, stride], [1, 1], [1, 1])
+    out = ops.depthwise_conv2d(x, wt, b, [stride, stride], [k // 2, k // 2], [1, 1])
     go = make_tensor(out.shape, dtype, "cuda", "channels_last", gen)
     names = kernels_run(lambda: out.backward(go))
     assert x.grad.is_contiguous(memory_format=torch.channels_last)
