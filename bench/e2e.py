@@ -684,15 +684,17 @@ def pair_cell(r: dict, ours: str, theirs: str) -> str:
 
 def markdown(meta: dict, inf: List[dict], train: List[dict], demo: List[dict],
              targets: List[dict], summaries: Dict[str, str], notes: List[str]) -> str:
-    L = [f"# End to end: eager, optimize_for_inference, convert and fuse on "
-         f"{meta['device_name']}", ""]
+    title = ("eager, optimize_for_inference, convert and fuse" if inf or not train
+             else "float32 training steps, PyTorch against convert")
+    L = [f"# End to end: {title} on {meta['device_name']}", ""]
     L += [f"torch {meta['torch']}, torchvision {meta['torchvision']}, customconv "
           f"{meta['customconv']}; {meta['settings']}.", "",
           "224x224 inputs, random weights with random batch-norm statistics. ms per call (median of "
-          "rounds, a case's variants timed in turn); speedup = the other's ms / ours (above 1: ours is faster). \"ofi\" = "
-          "`torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))`. Max rel "
-          "err = max |output - eager's| / max |eager's|, flagged MISMATCH above the dtype's "
-          "tolerance.", ""]
+          "rounds, a case's variants timed in turn); speedup = the other's ms / ours (above 1: ours is faster)."
+          + (" \"ofi\" = "
+             "`torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model)))`. Max rel "
+             "err = max |output - eager's| / max |eager's|, flagged MISMATCH above the dtype's "
+             "tolerance." if inf or not train else ""), ""]
     footnotes: List[str] = []
 
     def cell(v, what):
@@ -703,12 +705,13 @@ def markdown(meta: dict, inf: List[dict], train: List[dict], demo: List[dict],
 
     variants, speedups = variants_of(inf), speedups_of(inf)
     titles = {"fused_jit": "fused scripted"}
-    L += ["## Inference", "",
-          "| model | N | dtype | layout | "
-          + " | ".join(f"{titles.get(v, v)} ms" for v in variants) + " | "
-          + " | ".join(label for *_, label in speedups) + " | max rel err "
-          + " / ".join(titles.get(v, v) for v in variants[1:]) + " |",
-          "|---|---:|---|---|" + "---:|" * (len(variants) + len(speedups)) + "---|"]
+    if inf or not train:
+        L += ["## Inference", "",
+              "| model | N | dtype | layout | "
+              + " | ".join(f"{titles.get(v, v)} ms" for v in variants) + " | "
+              + " | ".join(label for *_, label in speedups) + " | max rel err "
+              + " / ".join(titles.get(v, v) for v in variants[1:]) + " |",
+              "|---|---:|---|---|" + "---:|" * (len(variants) + len(speedups)) + "---|"]
     for r in inf:
         case = f"{r['model']} N={r['batch']} {r['dtype']} {r['layout']}"
         errs = " / ".join(fmt_err(r.get(f"{v}_err"), r["tol"]) for v in variants[1:])
@@ -777,7 +780,8 @@ def markdown(meta: dict, inf: List[dict], train: List[dict], demo: List[dict],
     L += ["", "## Targets", "", "Set for an H100; on other devices they are for reference.", "",
           "| target | status | measured |", "|---|---|---|"]
     for t in targets:
-        L.append(f"| {t['target']} | {t['status']} | {t['detail']} |")
+        if inf or t["status"] != "n/a":  # a training-only report: its own target alone
+            L.append(f"| {t['target']} | {t['status']} | {t['detail']} |")
     if footnotes:
         L += ["", "## Errors", ""] + [f"{i}. {f}" for i, f in enumerate(footnotes, 1)]
     if notes:
