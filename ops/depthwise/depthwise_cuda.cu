@@ -433,8 +433,9 @@ bool grad_weight_bias_cuda(const at::Tensor& grad_output, const at::Tensor& inpu
 }  // namespace
 
 DepthwiseKernels cuda_depthwise_kernels() {
-  // channels_last: the forward has its own tiled kernel; the gradients use
-  // these NCHW kernels with the layout changed in and out.
+  // channels_last: kernels of their own for the three passes
+  // (depthwise_channels_last_cuda.h); the calls they decline use these NCHW
+  // kernels with the layout changed in and out.
   return {&forward_cuda, &grad_input_cuda, &grad_weight_cuda, &grad_weight_bias_cuda,
           cuda_depthwise_channels_last_kernels()};
 }
