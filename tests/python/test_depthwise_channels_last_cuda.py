@@ -40,9 +40,9 @@ def check(got, want, dtype, ctx):
                                msg=lambda m: f"{ctx}\n{m}")
 
 
-@pytest.mark.parametrize("idx", range(16))
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_channels_last_forward_matches_torch_on_random_geometries(dtype, idx, rng, gen, seed):
+def random_layer(dtype, rng, gen, seed):
+    """A channels_last layer the kernels take or decline, drawn from rng:
+    (x, weight, bias or None, stride, padding, description)."""
     k = rng.choice([3, 5, 7])
     stride = rng.choice([1, 2])
     pad = rng.randint(0, k - 1)
@@ -52,9 +52,16 @@ def test_channels_last_forward_matches_torch_on_random_geometries(dtype, idx, rn
     x = make_tensor((n, c, h, w), dtype, "cuda", "channels_last", gen)
     wt = make_tensor((c, 1, k, k), dtype, "cuda", rng.choice(["contiguous", "channels_last"]), gen)
     b = make_tensor((c,), dtype, "cuda", gen=gen) if rng.random() < 0.7 else None
+    ctx = f"seed={seed} n={n} c={c} {h}x{w} k={k} s={stride} p={pad} bias={b is not None}"
+    return x, wt, b, stride, pad, ctx
+
+
+@pytest.mark.parametrize("idx", range(16))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_channels_last_forward_matches_torch_on_random_geometries(dtype, idx, rng, gen, seed):
+    x, wt, b, stride, pad, ctx = random_layer(dtype, rng, gen, seed)
     out = ops.depthwise_conv2d(x, wt, b, [stride, stride], [pad, pad], [1, 1])
-    check(out, reference(x, wt, b, stride, pad, "identity"), dtype,
-          f"seed={seed} n={n} c={c} {h}x{w} k={k} s={stride} p={pad} bias={b is not None}")
+    check(out, reference(x, wt, b, stride, pad, "identity"), dtype, ctx)
 
 
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
@@ -146,17 +153,8 @@ def check_gradients(x, wt, b, stride, pad, dtype, gen, ctx):
 @pytest.mark.parametrize("idx", range(16))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_channels_last_gradients_match_torch_on_random_geometries(dtype, idx, rng, gen, seed):
-    k = rng.choice([3, 5, 7])
-    stride = rng.choice([1, 2])
-    pad = rng.randint(0, k - 1)
-    c = rng.choice([8, 24, 32, 40, 96, 144])
-    n = rng.choice([1, 2, 3])
-    h, w = rng.randint(k, 40), rng.randint(k, 40)
-    x = make_tensor((n, c, h, w), dtype, "cuda", "channels_last", gen)
-    wt = make_tensor((c, 1, k, k), dtype, "cuda", rng.choice(["contiguous", "channels_last"]), gen)
-    b = make_tensor((c,), dtype, "cuda", gen=gen) if rng.random() < 0.7 else None
-    check_gradients(x, wt, b, stride, pad, dtype, gen,
-                    f"seed={seed} n={n} c={c} {h}x{w} k={k} s={stride} p={pad} bias={b is not None}")
+    x, wt, b, stride, pad, ctx = random_layer(dtype, rng, gen, seed)
+    check_gradients(x, wt, b, stride, pad, dtype, gen, ctx)
 
 
 @pytest.mark.parametrize("layer", [(32, 112, 3, 1), (96, 112, 3, 2), (144, 56, 3, 2), (960, 7, 3, 1),
