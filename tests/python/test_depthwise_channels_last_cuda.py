@@ -76,16 +76,22 @@ def test_channels_last_forward_applies_the_fused_activation(dtype, activation, g
     check(out, reference(x, wt, b, 1, 1, activation), dtype, activation)
 
 
+def model_layer(layer, dtype, gen):
+    """(x, weight, bias) of a model's layer (channels, plane side, window, stride) at N=4."""
+    c, h, k, _ = layer
+    x = make_tensor((4, c, h, h), dtype, "cuda", "channels_last", gen)
+    wt = make_tensor((c, 1, k, k), dtype, "cuda", "contiguous", gen)
+    return x, wt, make_tensor((c,), dtype, "cuda", gen=gen)
+
+
 @pytest.mark.parametrize("layer", [(96, 56, 7, 1), (384, 14, 7, 1), (144, 56, 3, 2), (32, 112, 3, 1),
                                    (240, 28, 5, 2), (1152, 7, 5, 1)],
                          ids=["convnext-56", "convnext-14", "mobilenet-s2", "mobilenet-112",
                               "efficientnet-k5-s2", "efficientnet-7"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_channels_last_forward_on_model_layers(dtype, layer, gen):
-    c, h, k, s = layer
-    x = make_tensor((4, c, h, h), dtype, "cuda", "channels_last", gen)
-    wt = make_tensor((c, 1, k, k), dtype, "cuda", "contiguous", gen)
-    b = make_tensor((c,), dtype, "cuda", gen=gen)
+    x, wt, b = model_layer(layer, dtype, gen)
+    k, s = layer[2], layer[3]
     out = ops.depthwise_conv2d(x, wt, b, [s, s], [k // 2, k // 2], [1, 1])
     check(out, reference(x, wt, b, s, k // 2, "identity"), dtype, str(layer))
 
@@ -163,10 +169,8 @@ def test_channels_last_gradients_match_torch_on_random_geometries(dtype, idx, rn
                               "efficientnet-k5-s2", "efficientnet-7", "convnext-56"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_channels_last_gradients_on_model_layers(dtype, layer, gen):
-    c, h, k, s = layer
-    x = make_tensor((4, c, h, h), dtype, "cuda", "channels_last", gen)
-    wt = make_tensor((c, 1, k, k), dtype, "cuda", "contiguous", gen)
-    b = make_tensor((c,), dtype, "cuda", gen=gen)
+    x, wt, b = model_layer(layer, dtype, gen)
+    k, s = layer[2], layer[3]
     check_gradients(x, wt, b, s, k // 2, dtype, gen, str(layer))
 
 
