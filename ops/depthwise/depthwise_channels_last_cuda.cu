@@ -214,7 +214,8 @@ bool run(const at::Tensor& image, const at::Tensor& weight, const at::Tensor& bi
   const int k = int(win.kh), stride = int(win.sh);
   switch (image.scalar_type()) {
     case at::kHalf: return launch_window<at::Half>(image, w, bias, result, g, k, stride, act);
-    case at::kBFloat16: return launch_window<at::BFloat16>(image, w, bias, result, g, k, stride, act);
+    case at::kBFloat16:
+      return launch_window<at::BFloat16>(image, w, bias, result, g, k, stride, act);
     default: return launch_window<float>(image, w, bias, result, g, k, stride, act);
   }
 }
@@ -233,7 +234,9 @@ bool forward_channels_last_cuda(const at::Tensor& input, const at::Tensor& weigh
 bool grad_input_channels_last_cuda(const at::Tensor& grad_output, const at::Tensor& weight,
                                    const at::Tensor& grad_input, const Window2d& win) {
   if (!takes_call(grad_output, grad_input, win)) return false;
-  if (win.sh != 1) return depthwise_grad_input_stride2_channels_last_cuda(grad_output, weight, grad_input, win);
+  if (win.sh != 1) {
+    return depthwise_grad_input_stride2_channels_last_cuda(grad_output, weight, grad_input, win);
+  }
   const Geometry g{int(grad_output.size(1)), int(grad_output.size(2)), int(grad_output.size(3)),
                    int(grad_input.size(2)), int(grad_input.size(3)), int(win.kh - 1 - win.ph),
                    int(win.kw - 1 - win.pw), 0, 1};
@@ -246,12 +249,13 @@ bool channels_last_cuda_takes(const at::Tensor& t, const Window2d& win) {
   const auto dtype = t.scalar_type();
   if (dtype != at::kHalf && dtype != at::kBFloat16 && dtype != at::kFloat) return false;
   const int64_t k = win.kh;
-  if (win.kw != k || (k != 3 && k != 5 && k != 7) || win.sh != win.sw || (win.sh != 1 && win.sh != 2) ||
-      win.dh != 1 || win.dw != 1 || win.ph >= k || win.pw >= k) {
+  if (win.kw != k || (k != 3 && k != 5 && k != 7) || win.sh != win.sw ||
+      (win.sh != 1 && win.sh != 2) || win.dh != 1 || win.dw != 1 || win.ph >= k || win.pw >= k) {
     return false;
   }
   const int64_t c = t.size(1);
-  if (c % (16 / t.element_size()) != 0 || reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 != 0) {
+  if (c % (16 / t.element_size()) != 0 ||
+      reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 != 0) {
     return false;
   }
   for (int64_t v : {c, t.size(2), t.size(3)}) {

@@ -305,10 +305,11 @@ bool depthwise_grad_weight_channels_last_cuda(const at::Tensor& grad_output,
   const int k = int(win.kh), stride = int(win.sh);
   with_dtype(input.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
+    const at::Tensor& gb = grad_bias;
     switch (k) {
-      case 3: launch_weight_stride<T, 3>(grad_output, input, grad_weight, grad_bias, g, stride); break;
-      case 5: launch_weight_stride<T, 5>(grad_output, input, grad_weight, grad_bias, g, stride); break;
-      default: launch_weight_stride<T, 7>(grad_output, input, grad_weight, grad_bias, g, stride);
+      case 3: launch_weight_stride<T, 3>(grad_output, input, grad_weight, gb, g, stride); break;
+      case 5: launch_weight_stride<T, 5>(grad_output, input, grad_weight, gb, g, stride); break;
+      default: launch_weight_stride<T, 7>(grad_output, input, grad_weight, gb, g, stride);
     }
   });
   return true;
