@@ -14,15 +14,11 @@
 #include <cstdint>
 #include <limits>
 
+#include "ops/common/pair_io.cuh"
 #include "ops/depthwise/depthwise_channels_last_cuda.h"
 
 namespace customconv {
 namespace {
-
-template <typename T>
-struct alignas(2 * sizeof(T)) Two {
-  T a, b;
-};
 
 // Input (h, w) and output (oh, ow) planes, channels, padding.
 struct Geometry {
@@ -63,13 +59,12 @@ __global__ void __launch_bounds__(kGatherThreads)
     for (int t = 0; t < K; ++t) {
       const int tx = x + g.pad_w - t;
       if (tx < 0 || (tx & 1) != 0 || (tx >> 1) >= g.ow) continue;
-      const Two<T> v =
-          *reinterpret_cast<const Two<T>*>(image + (int64_t(ty >> 1) * g.ow + (tx >> 1)) * g.c);
-      a0 += float(v.a) * float(w0[r * K + t]);
-      a1 += float(v.b) * float(w0[K * K + r * K + t]);
+      const float2 v = load_pair(image + (int64_t(ty >> 1) * g.ow + (tx >> 1)) * g.c);
+      a0 += v.x * float(w0[r * K + t]);
+      a1 += v.y * float(w0[K * K + r * K + t]);
     }
   }
-  *reinterpret_cast<Two<T>*>(gi + 2 * int64_t(i)) = Two<T>{T(a0), T(a1)};
+  store_pair(gi + 2 * int64_t(i), a0, a1);
 }
 
 // The weight gradient's partial sums. A block takes kGwPairs channel pairs
@@ -112,8 +107,8 @@ __global__ void __launch_bounds__(kGwThreads)
     int oy = int(q % g.oh);
     int64_t n = q / g.oh;
     for (; p < end; p += kGwLanes) {
-      const Two<T> d = *reinterpret_cast<const Two<T>*>(go + p * g.c + c);
-      const float d0 = float(d.a), d1 = float(d.b);
+      const float2 d = load_pair(go + p * g.c + c);
+      const float d0 = d.x, d1 = d.y;
       acc[K * K][0] += d0;
       acc[K * K][1] += d1;
       const int iy0 = oy * S - g.pad_h, ix0 = ox * S - g.pad_w;
@@ -126,9 +121,9 @@ __global__ void __launch_bounds__(kGwThreads)
         for (int t = 0; t < K; ++t) {
           const int ix = ix0 + t;
           if (ix < 0 || ix >= g.w) continue;
-          const Two<T> v = *reinterpret_cast<const Two<T>*>(image + (int64_t(iy) * g.w + ix) * g.c);
-          acc[r * K + t][0] += d0 * float(v.a);
-          acc[r * K + t][1] += d1 * float(v.b);
+          const float2 v = load_pair(image + (int64_t(iy) * g.w + ix) * g.c);
+          acc[r * K + t][0] += d0 * v.x;
+          acc[r * K + t][1] += d1 * v.y;
         }
       }
       ox += kGwLanes;
