@@ -163,6 +163,28 @@ def test_channels_last_gradients_match_torch_on_random_geometries(dtype, idx, rn
     check_gradients(x, wt, b, stride, pad, dtype, gen, ctx)
 
 
+# Output widths that take each of the forward's tile shapes (rows of 1, 2 and
+# 4 runs of 7), widths off them, and the weight gradient's 8-wide segments
+# full, partial and single.
+@pytest.mark.parametrize("width", [1, 7, 8, 9, 14, 15, 28, 33, 56])
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("k", [3, 7])
+@pytest.mark.parametrize("dtype", [DTYPES[0], DTYPES[2]])
+def test_channels_last_forward_and_gradients_on_every_tile_width(dtype, k, stride, width, gen):
+    pad = k // 2
+    w_in = (width - 1) * stride + k - 2 * pad
+    if w_in < 1:
+        pytest.skip("no input this narrow gives that width")
+    x = make_tensor((2, 40, 9, w_in), dtype, "cuda", "channels_last", gen)
+    wt = make_tensor((40, 1, k, k), dtype, "cuda", gen=gen)
+    b = make_tensor((40,), dtype, "cuda", gen=gen)
+    ctx = f"k={k} s={stride} out width={width}"
+    out = ops.depthwise_conv2d(x, wt, b, [stride, stride], [pad, pad], [1, 1])
+    assert out.shape[3] == width, ctx
+    check(out, reference(x, wt, b, stride, pad, "identity"), dtype, ctx)
+    check_gradients(x, wt, b, stride, pad, dtype, gen, ctx)
+
+
 @pytest.mark.parametrize("layer", [(32, 112, 3, 1), (96, 112, 3, 2), (144, 56, 3, 2), (960, 7, 3, 1),
                                    (240, 28, 5, 2), (1152, 7, 5, 1), (96, 56, 7, 1)],
                          ids=["mobilenet-112", "mobilenet-s2-112", "mobilenet-s2", "mobilenet-7",
