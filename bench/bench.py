@@ -345,10 +345,21 @@ GROUPED_LAYERS = [
     (440, 7, 440, 3, 1, 55),
 ]
 
+# The RGB stems of torchvision's classification models: ResNet's 7x7 stride 2
+# (3 -> 64) and the 3x3 stride-2 stems of MobileNetV2, EfficientNet-B0 and
+# RegNet (3 -> 32) and of MobileNetV3 (3 -> 16): (C, H, K, kernel, stride).
+STEM_LAYERS = [(3, 224, 64, 7, 2), (3, 224, 32, 3, 2), (3, 224, 16, 3, 2)]
+
 
 def bench_conv2d(device, dtype, timer, copy_bw, quick) -> List[Record]:
     """Each ResNet-50 layer; see conv2d_records."""
     layers = RESNET50_LAYERS[1:4] if quick else RESNET50_LAYERS
+    return conv2d_records([layer + (1,) for layer in layers], device, dtype, timer)
+
+
+def bench_conv2d_stems(device, dtype, timer, copy_bw, quick) -> List[Record]:
+    """The RGB stems; see conv2d_records."""
+    layers = STEM_LAYERS[1:2] if quick else STEM_LAYERS
     return conv2d_records([layer + (1,) for layer in layers], device, dtype, timer)
 
 
@@ -374,7 +385,7 @@ def conv2d_records(layers, device, dtype, timer) -> List[Record]:
         ours = lambda x, w: customconv.conv2d(x, w, None, s, pad, 1, g)
         ref = lambda x, w: F.conv2d(x, w, None, s, pad, 1, g)
         name = f"N{n} C{c} {h}x{h} K{k} k{ks} s{s}" + (f" g{g}" if g > 1 else "")
-        cls = "stem 7x7" if ks == 7 else (f"grouped {ks}x{ks}" if g > 1 else f"{ks}x{ks}")
+        cls = (f"stem {ks}x{ks}" if c <= 4 else f"grouped {ks}x{ks}" if g > 1 else f"{ks}x{ks}")
         flops = 2 * n * k * (c // g) * ks * ks * (h // s) ** 2
         inputs = {lay: (x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt))
                   for lay, fmt in layouts}
@@ -412,6 +423,7 @@ BENCHES: Dict[str, Callable] = {
     "trilinear": bench_trilinear,
     "conv2d": bench_conv2d,
     "conv2d_grouped": bench_conv2d_grouped,
+    "conv2d_stems": bench_conv2d_stems,
 }
 
 

@@ -2,6 +2,7 @@
 #include "ops/conv2d/grouped_direct.h"
 #include "ops/conv2d/grouped_mma.h"
 #include "ops/conv2d/implicit_gemm.h"
+#include "ops/conv2d/stem_direct.h"
 #include "ops/conv2d/tiny_direct.h"
 
 #include <algorithm>
@@ -34,6 +35,8 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
                                              const Conv2dShape<int64_t>& s) {
   // Tiny NCHW problems in one launch (tiny_direct.h): their cost is the host's.
   if (auto out = tiny_direct_conv2d_cuda(input, weight, bias, s)) return out;
+  // RGB stems with 3x3 windows on CUDA cores (stem_direct.h).
+  if (auto out = stem_direct_conv2d_cuda(input, weight, bias, s, Activation::kIdentity)) return out;
   if (per_image_pointwise_forward(input, s)) {
     if (auto out = pointwise_conv2d_nchw(batched_gemm_cuda, input, weight, bias, s)) return out;
   }
@@ -74,6 +77,9 @@ std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
                                                    const std::optional<at::Tensor>& bias,
                                                    const Conv2dShape<int64_t>& s,
                                                    const ConvEpilogue& epilogue) {
+  if (!epilogue.has_residual()) {
+    if (auto out = stem_direct_conv2d_cuda(input, weight, bias, s, epilogue.activation)) return out;
+  }
 #ifdef CUSTOMCONV_WITH_CUTLASS
   if (auto out = implicit_gemm_conv2d_fused(input, weight, bias, s, epilogue)) return out;
 #endif
