@@ -225,7 +225,8 @@ def test_strided_stems_run_packed_by_space_to_depth(dtype, idx, rng, gen, seed):
         # 3x3 forwards of up to 64 output channels run on CUDA cores instead
         # (stem_direct.h; test_conv2d_stem_direct_cuda.py).
         direct_stem = kernel == (3, 3) and cfg.out_channels <= 64
-        if not direct_stem and (either_cl or packed_reduction_ratio(kernel, stride, channels, dtype) <= 2):
+        packs = either_cl or packed_reduction_ratio(kernel, stride, channels, dtype) <= 2
+        if packs and not direct_stem:
             packed.append(lambda: ops.conv2d(x, w, b, *args))
         for fn in packed:
             names = kernels_launched(fn)
@@ -235,7 +236,8 @@ def test_strided_stems_run_packed_by_space_to_depth(dtype, idx, rng, gen, seed):
             assert ("space_to_depth" in names and conv_kernel) or "tiny_forward_kernel" in names, (ctx, names[:300])
         if direct_stem:
             names = kernels_launched(lambda: ops.conv2d(x, w, b, *args))
-            assert "stem_forward_kernel" in names or "tiny_forward_kernel" in names, (ctx, names[:300])
+            assert "stem_forward_kernel" in names or "tiny_forward_kernel" in names, \
+                (ctx, names[:300])
     assert out.is_contiguous(memory_format=torch.channels_last if either_cl else torch.contiguous_format)
     assert gw.is_contiguous(memory_format=torch.channels_last if either_cl else torch.contiguous_format)
     x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
