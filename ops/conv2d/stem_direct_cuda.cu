@@ -9,8 +9,6 @@
 #include <cstring>
 #include <limits>
 
-#include "ops/common/launch.h"
-
 namespace customconv {
 namespace {
 
