@@ -16,7 +16,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import ConvConfig, check_conv_case, conv2d_call, cuda, make_tensor, ops
+from testlib import (ConvConfig, check_conv_case, conv2d_call, cuda, kernels_launched, make_tensor,
+                     ops)
 
 pytestmark = cuda
 
@@ -143,14 +144,6 @@ def test_implicit_gemm_takes_nchw_data_through_a_layout_change(dtype, idx, rng, 
     either_cl = "channels_last" in (cfg.input_layout, cfg.weight_layout)
     want = torch.channels_last if either_cl else torch.contiguous_format
     assert out.is_contiguous(memory_format=want), cfg
-
-
-def kernels_launched(fn) -> str:
-    """The names of the CUDA kernels fn() launches, one string."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return " ".join(e.name for e in prof.events())
 
 
 @contextlib.contextmanager

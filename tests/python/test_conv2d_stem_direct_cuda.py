@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import cuda, make_tensor, ops
+from testlib import cuda, kernels_launched, make_tensor, ops
 
 pytestmark = cuda
 
@@ -23,13 +23,6 @@ TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5}
 ACTIVATIONS = {
     "identity": lambda t: t, "relu": F.relu, "relu6": F.relu6, "silu": F.silu,
     "hardswish": lambda t: t * (t + 3).clamp(0, 6) / 6, "gelu": F.gelu, "sigmoid": torch.sigmoid}
-
-
-def kernels_launched(fn) -> str:
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return " ".join(e.name for e in prof.events())
 
 
 def format_of(t):

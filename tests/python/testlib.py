@@ -40,6 +40,15 @@ DEVICE_DTYPES = [pytest.param("cpu", dt, id=f"cpu-{_SHORT[dt]}") for dt in CPU_D
 ]
 
 
+def kernels_launched(fn) -> str:
+    """The names of the CUDA kernels fn() launches, one string (to check which
+    route a call takes)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return " ".join(e.name for e in prof.events())
+
+
 def sync(device: str) -> None:
     """Waits for the device, so that asynchronous CUDA errors surface here."""
     if str(device).startswith("cuda"):
