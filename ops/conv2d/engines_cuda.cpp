@@ -3,6 +3,7 @@
 #include "ops/conv2d/grouped_mma.h"
 #include "ops/conv2d/implicit_gemm.h"
 #include "ops/conv2d/stem_direct.h"
+#include "ops/conv2d/strided_pointwise.h"
 #include "ops/conv2d/tiny_direct.h"
 
 #include <algorithm>
@@ -21,11 +22,48 @@ namespace {
 // (31-37 us against 60-118, F.conv2d's 23-31). With larger weights the
 // column route is faster on the device (512 -> 2048: 43 us against 56), and
 // in 16-bit the narrow, misaligned rows cost the per-image GEMMs up to 3x.
+// Pointwise forwards of at most 2^26 multiply-adds (ResNet-50's 1x1 layers
+// at N=1 are 2^25.6): on an H100 cuBLAS and the engine both take a few
+// microseconds for them, less than the host's ~10 us saved per call by one
+// launch instead of a GEMM and a bias add (a tiny channels_last 1x1 layer's
+// host cost fell from 35-42 us to 17-25, F.conv2d's 18-25). Larger layers keep
+// cuBLAS, where the engine measured slower: ResNet-50's at N=32 (2^30.6 to
+// 2^31.6 multiply-adds) 1.3-1.8x.
+constexpr int64_t kSmallPointwiseMacs = int64_t(1) << 26;
+
 constexpr int64_t kPerImagePointwiseMaxWeight = int64_t(1) << 19;
 
 bool per_image_pointwise_forward(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   return input.scalar_type() == at::kFloat && s.groups == 1 && s.win.pointwise() &&
          s.oh * s.ow >= 49 && s.in.c * s.k <= kPerImagePointwiseMaxWeight;
+}
+
+// Strided pointwise layers (strided_pointwise.h: the gathered positions and
+// cuBLAS) above 2^26 multiply-adds; smaller ones stay with one launch of the
+// implicit GEMM, as the route's extra launches would cost the host more than
+// the device saves. On an H100 at N=32, channels_last, forward+backward
+// (kernels, us: CUTLASS's kernels before / this route / cuDNN's):
+//   - 16-bit, every layer: 1024 -> 2048 from 14x14 in float16 102 / 50 / 54
+//     (CUTLASS's strided dgrad alone took 51 us, cuDNN's 21); 256 -> 512 from
+//     56x56 131 / 100 / 96;
+//   - float32 with 1024 or more output channels: 1024 -> 2048 from 14x14
+//     225 / 119 / 121. With 512 (256 -> 512 from 56x56) the result's
+//     zero-filled 100 MB cost more than the GEMMs saved (217 us against
+//     207 before), so those layers keep CUTLASS.
+// The forward takes the route only where the gather costs less than it saves,
+// with deep reductions: float32 with 512 input channels or more (512 -> 1024
+// from 28x28: 51.0 / 38.4 us, 1024 -> 2048 from 14x14: 46.5 / 36.9; 256 -> 512
+// from 56x56: 49.8 / 56.2), 16-bit with 1024 or more (22.3 against 26.3; 25.7
+// against 24.1 with 512).
+bool strided_pointwise_route(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  return s.groups == 1 && s.win.kh == 1 && s.win.kw == 1 && (s.win.sh > 1 || s.win.sw > 1) &&
+         s.in.n * s.oh * s.ow * s.k * s.in.c > kSmallPointwiseMacs &&
+         (input.scalar_type() != at::kFloat || s.k >= 1024);
+}
+
+bool strided_pointwise_forward(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  const int64_t min_channels = input.scalar_type() == at::kFloat ? 512 : 1024;
+  return strided_pointwise_route(input, s) && s.in.c >= min_channels;
 }
 
 }  // namespace
@@ -39,6 +77,9 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
   if (auto out = stem_direct_conv2d_cuda(input, weight, bias, s, Activation::kIdentity)) return out;
   if (per_image_pointwise_forward(input, s)) {
     if (auto out = pointwise_conv2d_nchw(batched_gemm_cuda, input, weight, bias, s)) return out;
+  }
+  if (strided_pointwise_forward(input, s)) {
+    if (auto out = strided_pointwise_conv2d_cuda(input, weight, bias, s)) return out;
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS
   if (auto out = implicit_gemm_conv2d(input, weight, bias, s)) return out;
@@ -56,15 +97,6 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
   }
   return std::nullopt;
 }
-
-// Pointwise forwards of at most 2^26 multiply-adds (ResNet-50's 1x1 layers
-// at N=1 are 2^25.6): on an H100 cuBLAS and the engine both take a few
-// microseconds for them, less than the host's ~10 us saved per call by one
-// launch instead of a GEMM and a bias add (a tiny channels_last 1x1 layer's
-// host cost fell from 35-42 us to 17-25, F.conv2d's 18-25). Larger layers keep
-// cuBLAS, where the engine measured slower: ResNet-50's at N=32 (2^30.6 to
-// 2^31.6 multiply-adds) 1.3-1.8x.
-constexpr int64_t kSmallPointwiseMacs = int64_t(1) << 26;
 
 bool cuda_small_pointwise(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   (void)input;
@@ -119,6 +151,10 @@ std::optional<at::Tensor> cuda_conv2d_grad_input_engine(const at::Tensor& grad_o
 #endif
     return grouped_direct_conv2d_grad_input(grad_output, input, weight, s);
   }
+  if (strided_pointwise_route(input, s)) {
+    auto gi = strided_pointwise_conv2d_grad_input_cuda(grad_output, input, weight, s);
+    if (gi) return gi;
+  }
 #ifdef CUSTOMCONV_WITH_CUTLASS
   return implicit_gemm_conv2d_grad_input(grad_output, input, weight, s);
 #else
@@ -155,6 +191,10 @@ std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_
     if (auto gw = implicit_gemm_grouped_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
 #endif
     return grouped_direct_conv2d_grad_weight(grad_output, input, weight, s);
+  }
+  if (strided_pointwise_route(input, s)) {
+    auto gw = strided_pointwise_conv2d_grad_weight_cuda(grad_output, input, weight, s);
+    if (gw) return gw;
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS
   return implicit_gemm_conv2d_grad_weight(grad_output, input, weight, s);
