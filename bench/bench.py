@@ -62,6 +62,15 @@ class Timer:
     back: on an H100 (50 MB of L2) that cost a 32 MiB copy a quarter of its speed (0.028 ms
     instead of 0.022), work that belongs to the flush, not to the op timed.
 
+    The events time the device, not the host: where one call takes the host longer to queue
+    than the flush takes the device (a forward+backward, whose backward runs on autograd's
+    device thread, takes 200-400 us of host time at any size), each repetition first parks the
+    device in a sleep kernel as long as 1.5 times the call's host time, so the call is queued
+    whole before the start event runs and no host gap falls between the two events. Without
+    it, forward+backward rows of layers under about 0.3 ms timed the host on both sides: the
+    same kernels read 0.13 and 0.37 ms in two runs. The host's own cost per call is
+    `bench/host_cost.py`'s to measure.
+
     The number of repetitions fits the callable's speed (about 50 ms of repetitions per round,
     between `min_reps` and `max_reps`, from a first estimate of three repetitions that is not
     reported), and the fastest round's median is reported, so a spell of slowness on the
@@ -76,6 +85,33 @@ class Timer:
             l2 = torch.cuda.get_device_properties(0).L2_cache_size
             self.flush = torch.ones(max(4 * l2, 64 << 20) // 4, dtype=torch.float32, device="cuda")
             self.flush_sum = torch.empty((), dtype=torch.float32, device="cuda")
+            self.cycles_per_us = self._sleep_rate()
+        self.sleep_cycles = 0
+
+    @staticmethod
+    def _sleep_rate() -> float:
+        """Cycles of torch.cuda._sleep per microsecond on this device, measured."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1 << 20)
+        start.record()
+        torch.cuda._sleep(1 << 22)
+        end.record()
+        torch.cuda.synchronize()
+        return (1 << 22) / (start.elapsed_time(end) * 1e3)
+
+    def _fit_sleep(self, fn: Callable[[], object]) -> None:
+        """Sets the sleep that keeps the device behind the host for fn (see the class)."""
+        self.sleep_cycles = 0
+        host_us = []
+        for _ in range(5):
+            torch.cuda._sleep(int(2000 * self.cycles_per_us))  # keeps the queue from filling
+            t0 = time.perf_counter()
+            fn()
+            host_us.append((time.perf_counter() - t0) * 1e6)
+            torch.cuda.synchronize()
+        host = statistics.median(host_us)
+        if host > 40.0:  # the flush alone covers cheaper calls
+            self.sleep_cycles = int(1.5 * host * self.cycles_per_us)
 
     def evict(self) -> None:
         """Evicts the inputs from the L2 cache, leaving clean lines of the flush buffer there."""
@@ -92,6 +128,8 @@ class Timer:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(reps)]
         for start, end in events:
+            if self.sleep_cycles:
+                torch.cuda._sleep(self.sleep_cycles)
             self.evict()
             start.record()
             fn()
@@ -104,6 +142,7 @@ class Timer:
             fn()
         if self.device == "cuda":
             torch.cuda.synchronize()
+            self._fit_sleep(fn)
         estimate = self._round(fn, 3)
         reps = max(self.min_reps, min(self.max_reps, int(50.0 / max(estimate, 1e-3))))
         return min(self._round(fn, reps) for _ in range(self.rounds))
