@@ -19,12 +19,14 @@ constexpr int kMaxOutputs = 64;   // output channels
 constexpr int kGroupStep = 8;     // output channels a thread: a multiple of it, up to 32
 
 // One call's geometry: input (n, c, h, w) read through its strides (elements),
-// output (n, k, p, q); the window's stride, padding and dilation.
+// output (n, k, p, q); the window's stride, padding and dilation; the
+// weight's strides (k, c, row, column) and the bias's, read in place too.
 struct Geometry {
   int n, c, h, w, k, p, q;
   int sh, sw, ph, pw, dh, dw;
   int64_t xs_n;
   int xs_c, xs_h, xs_w;
+  int ws_k, ws_c, ws_r, ws_s, bs;
 };
 
 // Eight results from v, converted to a 16-bit type and stored as one 16-byte
@@ -60,11 +62,11 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) float taps[kMaxChannels * kTaps * kMaxOutputs];
   __shared__ float bias_s[kMaxOutputs];
   for (int i = threadIdx.x; i < g.c * kTaps * g.k; i += kThreads) {
-    const int k = i % g.k, ct = i / g.k;
-    taps[i] = float(wt[k * g.c * kTaps + ct]);
+    const int k = i % g.k, ct = i / g.k, c = ct / kTaps, tap = ct % kTaps;
+    taps[i] = float(wt[k * g.ws_k + c * g.ws_c + (tap / 3) * g.ws_r + (tap % 3) * g.ws_s]);
   }
   for (int i = threadIdx.x; i < g.k; i += kThreads) {
-    bias_s[i] = bias != nullptr ? float(bias[i]) : 0.f;
+    bias_s[i] = bias != nullptr ? float(bias[i * g.bs]) : 0.f;
   }
   __syncthreads();
   const int t = blockIdx.x * kThreads + threadIdx.x;
@@ -202,14 +204,25 @@ std::optional<at::Tensor> stem_direct_conv2d_cuda(const at::Tensor& input, const
   const auto format = conv2d_output_format(input, weight);
   at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow}, input.options().memory_format(format));
   if (out.numel() == 0) return out;
-  const at::Tensor w = weight.contiguous();
+  // The weight and the bias are read through their strides (no copy of a
+  // channels_last weight on every call), unless a stride of a view would not
+  // fit the kernel's 32-bit index arithmetic.
+  const auto fits = [](const at::Tensor& t) {
+    for (int64_t st : t.strides()) {
+      if (st > std::numeric_limits<int>::max() / 64) return false;
+    }
+    return true;
+  };
+  const at::Tensor w = fits(weight) ? weight : weight.contiguous();
   const bool has_bias = bias.has_value() && bias->defined();
-  const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
+  const at::Tensor b = !has_bias ? at::Tensor() : fits(*bias) ? *bias : bias->contiguous();
   const Window2d& win = s.win;
   const Geometry g{int(s.in.n), int(s.in.c), int(s.in.h), int(s.in.w), int(s.k),
                    int(s.oh), int(s.ow), int(win.sh), int(win.sw), int(win.ph), int(win.pw),
                    int(win.dh), int(win.dw), input.stride(0), int(input.stride(1)),
-                   int(input.stride(2)), int(input.stride(3))};
+                   int(input.stride(2)), int(input.stride(3)), int(w.stride(0)),
+                   int(w.stride(1)), int(w.stride(2)), int(w.stride(3)),
+                   has_bias ? int(b.stride(0)) : 0};
   const bool channels_last = format == at::MemoryFormat::ChannelsLast;
   switch (input.scalar_type()) {
     case at::kHalf:

@@ -46,14 +46,16 @@ def random_stem(dtype, rng, gen, seed, **fixed):
              stride=(rng.randint(1, 3), rng.randint(1, 3)),
              dilation=(rng.randint(1, 2), rng.randint(1, 2)),
              layout=rng.choice(["contiguous", "channels_last", "sliced", "transposed"]),
-             weight_layout=rng.choice(["contiguous", "channels_last"]), bias=rng.random() < 0.7)
+             weight_layout=rng.choice(["contiguous", "channels_last", "sliced", "transposed"]),
+             bias=rng.random() < 0.7)
     p.update(fixed)
     padding = tuple(rng.randint(0, 2 * d) for d in p["dilation"])
     h = rng.randint(2 * p["dilation"][0] + 1, 40)
     w_ = rng.randint(2 * p["dilation"][1] + 1, 40)
     x = make_tensor((p["n"], p["c"], h, w_), dtype, "cuda", p["layout"], gen)
     w = make_tensor((p["k"], p["c"], 3, 3), dtype, "cuda", p["weight_layout"], gen)
-    b = make_tensor((p["k"],), dtype, "cuda", gen=gen) if p["bias"] else None
+    # Every other element of a longer vector: a bias with a stride of 2.
+    b = make_tensor((2 * p["k"],), dtype, "cuda", gen=gen)[::2] if p["bias"] else None
     ctx = (f"seed={seed} n={p['n']} c={p['c']} k={p['k']} {h}x{w_} s={p['stride']} p={padding} "
            f"d={p['dilation']} {p['layout']} weight {p['weight_layout']} bias={b is not None}")
     return x, w, b, list(p["stride"]), list(padding), list(p["dilation"]), ctx
@@ -92,6 +94,19 @@ def test_model_stems_run_on_the_direct_kernel(dtype, layout, gen):
         out = ops.conv2d(x, w, b, *args)
         check(out, reference(x, w, b, *args[:3]), dtype, f"k={k} {layout}")
         assert out.is_contiguous(memory_format=format_of(F.conv2d(x, w, b, *args[:3])))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_stem_reads_a_channels_last_weight_and_a_sliced_bias_in_place(dtype, gen):
+    cl = torch.channels_last
+    x = make_tensor((2, 3, 32, 32), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((32, 3, 3, 3), dtype, "cuda", "channels_last", gen)
+    b = make_tensor((64,), dtype, "cuda", gen=gen)[::2]
+    assert not w.is_contiguous() and w.is_contiguous(memory_format=cl) and not b.is_contiguous()
+    args = ([2, 2], [1, 1], [1, 1], 1)
+    names = kernels_launched(lambda: ops.conv2d(x, w, b, *args))
+    assert "stem_forward_kernel" in names and "copy" not in names, names[:300]
+    check(ops.conv2d(x, w, b, *args), reference(x, w, b, *args[:3]), dtype, "channels_last weight")
 
 
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
