@@ -475,6 +475,9 @@ def geomean(values: Sequence[float]) -> float:
 def markdown(records: List[Record], device_name: str, copy_bw: float) -> str:
     lines = [f"# customconv benchmark on {device_name}", "",
              f"Device-to-device copy: {copy_bw:.0f} GB/s (read + write).", "",
+             "Times are the device's: on the GPU each repetition is queued whole before it "
+             "runs, so no host time falls inside it (Timer); `bench/host_cost.py` measures "
+             "the host's cost per call.", "",
              "TFLOP/s: ours, for the compute-bound conv2d. Extra MiB: peak memory of ours beyond "
              "its inputs and results (conv2d; on the CPU from the profiler's memory timeline).", "",
              "| op | shape | dtype | pass | ours ms | baseline | baseline ms | speedup | % copy BW "
