@@ -7,7 +7,9 @@
 //   * the device's engines where they take the case (on CUDA: the implicit
 //     GEMMs of implicit_gemm.h for 16-bit and TF32 data, forward and both
 //     gradients, on channels_last data or NCHW data changed to channels_last
-//     and back, and the direct kernels of grouped_direct.h for grouped layers;
+//     and back, the pointwise GEMMs on the gathered positions of strided 1x1
+//     layers (strided_pointwise.h), and the direct kernels of
+//     grouped_direct.h for grouped layers;
 //     on the CPU: direct float32 forward kernels, few_channels_direct_cpu.h
 //     for windows over fewer than 16 input channels and
 //     channels_last_direct_cpu.h for the others, then channels_last_gemm.h,
@@ -157,8 +159,9 @@ inline bool nchw_gemm_in_place(const Conv2dShape<int64_t>& s) {
 
 #ifdef CUSTOMCONV_WITH_CUDA
 // The CUDA engines (engines_cuda.cpp), each trying in turn: the grouped direct
-// kernels (grouped_direct.h) for grouped layers, then the implicit GEMMs
-// (implicit_gemm.h) where CUTLASS is built in.
+// kernels (grouped_direct.h) for grouped layers, the pointwise GEMMs on the
+// gathered positions of large strided 1x1 layers (strided_pointwise.h), then
+// the implicit GEMMs (implicit_gemm.h) where CUTLASS is built in.
 std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::Tensor& weight,
                                              const std::optional<at::Tensor>& bias,
                                              const Conv2dShape<int64_t>& s);
