@@ -86,7 +86,6 @@ class Timer:
             self.flush = torch.ones(max(4 * l2, 64 << 20) // 4, dtype=torch.float32, device="cuda")
             self.flush_sum = torch.empty((), dtype=torch.float32, device="cuda")
             self.cycles_per_us = self._sleep_rate()
-        self.sleep_cycles = 0
 
     @staticmethod
     def _sleep_rate() -> float:
@@ -99,9 +98,8 @@ class Timer:
         torch.cuda.synchronize()
         return (1 << 22) / (start.elapsed_time(end) * 1e3)
 
-    def _fit_sleep(self, fn: Callable[[], object]) -> None:
-        """Sets the sleep that keeps the device behind the host for fn (see the class)."""
-        self.sleep_cycles = 0
+    def _fit_sleep(self, fn: Callable[[], object]) -> int:
+        """The sleep, in cycles, that keeps the device behind the host for fn (see the class)."""
         host_us = []
         for _ in range(5):
             torch.cuda._sleep(int(2000 * self.cycles_per_us))  # keeps the queue from filling
@@ -110,14 +108,14 @@ class Timer:
             host_us.append((time.perf_counter() - t0) * 1e6)
             torch.cuda.synchronize()
         host = statistics.median(host_us)
-        if host > 40.0:  # the flush alone covers cheaper calls
-            self.sleep_cycles = int(1.5 * host * self.cycles_per_us)
+        # The flush alone covers cheaper calls.
+        return int(1.5 * host * self.cycles_per_us) if host > 40.0 else 0
 
     def evict(self) -> None:
         """Evicts the inputs from the L2 cache, leaving clean lines of the flush buffer there."""
         torch.sum(self.flush, dim=0, out=self.flush_sum)
 
-    def _round(self, fn: Callable[[], object], reps: int) -> float:
+    def _round(self, fn: Callable[[], object], reps: int, sleep_cycles: int = 0) -> float:
         if self.device != "cuda":
             times = []
             for _ in range(reps):
@@ -128,8 +126,8 @@ class Timer:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(reps)]
         for start, end in events:
-            if self.sleep_cycles:
-                torch.cuda._sleep(self.sleep_cycles)
+            if sleep_cycles:
+                torch.cuda._sleep(sleep_cycles)
             self.evict()
             start.record()
             fn()
@@ -140,12 +138,13 @@ class Timer:
     def __call__(self, fn: Callable[[], object]) -> float:
         for _ in range(self.warmup):
             fn()
+        sleep = 0
         if self.device == "cuda":
             torch.cuda.synchronize()
-            self._fit_sleep(fn)
-        estimate = self._round(fn, 3)
+            sleep = self._fit_sleep(fn)
+        estimate = self._round(fn, 3, sleep)
         reps = max(self.min_reps, min(self.max_reps, int(50.0 / max(estimate, 1e-3))))
-        return min(self._round(fn, reps) for _ in range(self.rounds))
+        return min(self._round(fn, reps, sleep) for _ in range(self.rounds))
 
 
 def warm_up_device(device: str, seconds: float = 1.0) -> None:
