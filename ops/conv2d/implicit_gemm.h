@@ -226,6 +226,14 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
 bool wgrad_sm90_f16(const ConvProblem& problem);
 bool wgrad_sm90_bf16(const ConvProblem& problem);
 
+// CUTLASS 3's Hopper forward in 16-bit (implicit_gemm_sm90.cuh), one pass
+// with no epilogue beyond the store: false (nothing launched) where the
+// problem has a bias, a residual, an activation, groups, a split reduction or
+// strided input, where CUTLASS declines it, the build has no sm_90a code or
+// the device is not sm_90.
+bool fprop_sm90_f16(const ConvProblem& problem);
+bool fprop_sm90_bf16(const ConvProblem& problem);
+
 }  // namespace implicit_gemm
 // Grouped layers' gradients (groups 2 to 32): the dense problem over all
 // channel pairs with the block-diagonal weight, whose groups' blocks are kept;
