@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import capture_and_replay, cuda, make_tensor, ops
+from testlib import capture_and_replay, cuda, make_tensor, ops, random_hopper_window
 
 pytestmark = [cuda, pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                                        reason="the Hopper forward runs on sm_90 devices only")]
@@ -66,13 +66,7 @@ def test_hopper_forward_matches_torch_on_random_configs(idx, rng, gen, seed):
     # Windows up to 7x7 (never 1x1), strides, paddings and dilations per
     # axis, output channels any multiple of 8 (partial column tiles), planes
     # whose sides rarely divide the box, split in two or not.
-    kernel = (rng.choice([1, 2, 3, 5, 7]), rng.choice([2, 3, 3, 5]))
-    if rng.random() < 0.5:
-        kernel = kernel[::-1]
-    stride = tuple(rng.choice([1, 1, 2, 3]) for _ in range(2))
-    dilation = tuple(rng.choice([1, 1, 2]) for _ in range(2))
-    padding = tuple(rng.randint(0, (k - 1) * d // 2 + 1) for k, d in zip(kernel, dilation))
-    size = tuple((k - 1) * d + 1 + rng.randint(0, 16) for k, d in zip(kernel, dilation))
+    kernel, stride, dilation, padding, size = random_hopper_window(rng, [1, 2, 3, 5, 7], [2, 3, 3, 5], 16)
     dtype = torch.float32
     c = 256 + 32 * rng.randint(0, 4)
     k = 8 * rng.randint(1, 16)

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import capture_and_replay, cuda, make_tensor, ops
+from testlib import capture_and_replay, cuda, make_tensor, ops, random_hopper_window
 
 pytestmark = [cuda, pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                                        reason="the Hopper forward runs on sm_90 devices only")]
@@ -53,13 +53,7 @@ def test_16bit_hopper_forward_matches_torch_on_random_configs(idx, dtype, rng, g
     # divide a tile; a few images, so few tiles that the sm80-style forward
     # would split its reduction; channels_last input (NCHW inputs of planes
     # this small take the column route, conv2d.h).
-    kernel = (rng.choice([1, 3, 3, 5, 7]), rng.choice([1, 2, 3, 5]))
-    if rng.random() < 0.5:
-        kernel = kernel[::-1]
-    stride = tuple(rng.choice([1, 1, 2, 3]) for _ in range(2))
-    dilation = tuple(rng.choice([1, 1, 2]) for _ in range(2))
-    padding = tuple(rng.randint(0, (k - 1) * d // 2 + 1) for k, d in zip(kernel, dilation))
-    size = tuple((k - 1) * d + 1 + rng.randint(0, 14) for k, d in zip(kernel, dilation))
+    kernel, stride, dilation, padding, size = random_hopper_window(rng, [1, 3, 3, 5, 7], [1, 2, 3, 5], 14)
     c = 128 * rng.randint(2, 5)
     k = 8 * rng.randint(9, 32)
     x = make_tensor((rng.randint(1, 4), c, *size), dtype, "cuda", "channels_last", gen)

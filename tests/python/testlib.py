@@ -288,6 +288,22 @@ def _out_len(size: int, k: int, s: int, p: int, d: int) -> int:
     return (size + 2 * p - _extent(k, d)) // s + 1
 
 
+def random_hopper_window(rng: random.Random, rows: Sequence[int], cols: Sequence[int], size_slack: int):
+    """(kernel, stride, dilation, padding, size) per axis for the Hopper
+    forwards' random tests: kernel sides drawn from `rows` and `cols` (the two
+    swapped half the time), strides mostly 1 (up to 3), dilations 1 or 2,
+    paddings up to half the dilated window, and planes up to `size_slack`
+    larger than the dilated window."""
+    kernel = (rng.choice(rows), rng.choice(cols))
+    if rng.random() < 0.5:
+        kernel = kernel[::-1]
+    stride = tuple(rng.choice([1, 1, 2, 3]) for _ in range(2))
+    dilation = tuple(rng.choice([1, 1, 2]) for _ in range(2))
+    padding = tuple(rng.randint(0, (k - 1) * d // 2 + 1) for k, d in zip(kernel, dilation))
+    size = tuple(_extent(k, d) + rng.randint(0, size_slack) for k, d in zip(kernel, dilation))
+    return kernel, stride, dilation, padding, size
+
+
 def _random_geometry(rng: random.Random, fixed: dict, size_slack: int):
     """Kernel, stride, dilation, padding, input size (at least the dilated
     kernel's extent less the padding, plus up to `size_slack`) and batch (None:
