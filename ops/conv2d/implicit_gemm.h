@@ -45,7 +45,9 @@
 //                for at most half the multiprocessors) its reduction split
 //                into float32 partial outputs, added in order with the bias;
 //                on sm_90 in float32 (TF32) with 256 or more input channels,
-//                our Hopper kernel (fprop_sm90_f32 below);
+//                our Hopper kernel (fprop_sm90_f32 below), and in 16-bit
+//                without bias or epilogue where the reduction would split,
+//                CUTLASS 3's Hopper kernel in one pass (fprop_sm90_f16/bf16);
 //   grad_input   CUTLASS's dgrad kernels: unit stride (any dilation), or
 //                strided without dilation, the weight read as it is;
 //   grad_weight  the wgrad kernel, its long reduction (N*P*Q) split into
