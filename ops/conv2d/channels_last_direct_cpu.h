@@ -4,20 +4,20 @@
 // columns or shifted-tap GEMMs of channels_last_gemm.h.
 //
 // Output channels are the vector lanes: a block of 4 vectors of 16 channels
-// (x86-64-v4 build; 2 vectors of 8 for AVX2, 1 for the baseline) accumulates
-// at 6 output positions at once, each input value broadcast to the lanes.
-// Positions are taken grouped by the input edges their windows cross, each
-// group in (n, y, x) order: blocks run across rows and images (small planes
-// fill them too) and mostly share the taps that fall in the padding, which
-// they skip (another position's tap there reads a row of zeros). Work items
-// are (block of output channels, run of positions), spread over ATen's
-// threads; where all the weight's blocks fit in a core's cache together (up
-// to 512 KiB), an item is a run of positions instead, taken 48 positions at a
-// time through every block, so that each output row (and residual row) is
-// whole while it is in the cache (a 128 -> 512 1x1 layer at 28x28, N=8, with
-// a residual: 6.2-6.4 -> 4.9-5.1 ms). Each output is summed in the same order
-// whatever the thread count. The weight is read as blocks of output channels
-// (weight_blocks_cpu.h), the bias added first.
+// (x86-64-v4 build, one vector for at most 16 output channels; 2 vectors of 8
+// for AVX2, 1 for the baseline) accumulates at 6 output positions at once, each
+// input value broadcast to the lanes. Positions are taken grouped by the input
+// edges their windows cross, each group in (n, y, x) order: blocks run across
+// rows and images (small planes fill them too) and mostly share the taps that
+// fall in the padding, which they skip (another position's tap there reads a
+// row of zeros). Work items are (block of output channels, run of positions),
+// spread over ATen's threads; where all the weight's blocks fit in a core's
+// cache together (up to 512 KiB), an item is a run of positions instead, taken
+// 48 positions at a time through every block, so that each output row (and
+// residual row) is whole while it is in the cache (a 128 -> 512 1x1 layer at
+// 28x28, N=8, with a residual: 6.2-6.4 -> 4.9-5.1 ms). Each output is summed in
+// the same order whatever the thread count. The weight is read as blocks of
+// output channels (weight_blocks_cpu.h), the bias added first.
 //
 // The input is read channels_last (an NCHW one is changed first; the result
 // has F.conv2d's memory format). Measured against the GEMM routes on ResNet-50's

@@ -126,7 +126,10 @@ bool cpu_pointwise_grad_weight_direct(const at::Tensor& input, const Conv2dShape
 // (channels_last_direct_cpu.h) forward of grad_output with the transposed
 // weight, before the GEMM: float32 layers of a multiple of 64 channels each
 // way, which the kernel takes (N=4: 64 -> 256 at 56x56 2.20 ms against the
-// GEMM's 2.78, 512 -> 128 at 28x28 2.10 against 2.39; oneDNN 2.21 and 1.95).
+// GEMM's 2.78, 512 -> 128 at 28x28 2.10 against 2.39; oneDNN 2.21 and 1.95);
+// and small float32 layers of fewer than 16 output channels, whose input
+// gradient the few-channel kernel (few_channels_direct_cpu.h) computes as that
+// forward (engines_cpu.cpp).
 bool cpu_pointwise_grad_input_direct(const at::Tensor& input, const Conv2dShape<int64_t>& s);
 
 inline Conv2dKernels cpu_conv2d_kernels() {

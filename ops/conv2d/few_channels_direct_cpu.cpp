@@ -223,12 +223,22 @@ __attribute__((target("arch=x86-64-v4"))) void forward_rows_v4(
     float* buffer, const Geometry& g, int64_t r0, int64_t r1) {
   forward_rows<Float16, 4, 6>(in, wt, bias, offs, out, buffer, g, r0, r1);
 }
+// The narrow build's block: layers of at most 16 output channels (tiny
+// layers, the 3-channel input gradient of a stem) on AVX-512 take one
+// 16-lane vector a block rather than padding their weight, bias and row
+// buffer to 64 channels.
+__attribute__((target("arch=x86-64-v4"))) void forward_rows_v4_narrow(
+    const float* in, const float* wt, const float* bias, const int64_t* offs, float* out,
+    float* buffer, const Geometry& g, int64_t r0, int64_t r1) {
+  forward_rows<Float16, 1, 6>(in, wt, bias, offs, out, buffer, g, r0, r1);
+}
 #endif
 
-ForwardIsa forward_isa() {
+ForwardIsa forward_isa(int64_t k) {
   switch (cpu_isa()) {
 #if CUSTOMCONV_CPU_ISA_BUILDS
-    case CpuIsa::kX86_64_V4: return {&forward_rows_v4, 64};
+    case CpuIsa::kX86_64_V4:
+      return k <= 16 ? ForwardIsa{&forward_rows_v4_narrow, 16} : ForwardIsa{&forward_rows_v4, 64};
     case CpuIsa::kX86_64_V3: return {&forward_rows_v3, 16};
 #endif
     default: return {&forward_rows_base, 8};
@@ -240,24 +250,23 @@ bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
          s.in.batched && s.groups == 1 && s.in.c >= 1 && s.in.c <= kMaxChannels;
 }
 
-}  // namespace
-
-std::optional<at::Tensor> few_channels_direct_conv2d_cpu(const at::Tensor& input,
-                                                         const at::Tensor& weight,
-                                                         const std::optional<at::Tensor>& bias,
-                                                         const Conv2dShape<int64_t>& s) {
-  if (!takes(input, s)) return std::nullopt;
-  const at::MemoryFormat format = conv2d_output_format(input, weight);
+// The forward of `input` with the weight already in blocks (wt: (kp / B, kh,
+// kw, C, B), B = isa.block), the result in `format`.
+at::Tensor forward_packed(const at::Tensor& input, const at::Tensor& wt, const ForwardIsa& isa,
+                          const std::optional<at::Tensor>& bias, const Conv2dShape<int64_t>& s,
+                          at::MemoryFormat format) {
   const bool nchw_out = format != at::MemoryFormat::ChannelsLast;
   at::Tensor out = nchw_out ? at::empty({s.in.n, s.k, s.oh, s.ow}, input.options())
                             : empty_channels_last(input, s.in.n, s.k, s.oh, s.ow);
   if (out.numel() == 0) return out;
-  const ForwardIsa isa = forward_isa();
   const Window2d& win = s.win;
   const int64_t b = isa.block, kp = (s.k + b - 1) / b * b;
-  const at::Tensor wt = weight_blocks_cpu(weight, b);
-  at::Tensor bp = at::zeros({kp}, input.options());
-  if (bias.has_value() && bias->defined()) bp.narrow(0, 0, s.k).copy_(*bias);
+  // The bias padded to whole blocks (a vector, not three ATen ops a call).
+  std::vector<float> bp(static_cast<size_t>(kp), 0.f);
+  if (bias.has_value() && bias->defined()) {
+    const at::Tensor bc = bias->contiguous();
+    std::copy(bc.const_data_ptr<float>(), bc.const_data_ptr<float>() + s.k, bp.begin());
+  }
   const Geometry g{s.in.n, s.in.c, s.in.h, s.in.w, s.k, s.oh, s.ow,
                    input.stride(0), input.stride(1), input.stride(2), input.stride(3),
                    win, b, kp, nchw_out};
@@ -267,14 +276,46 @@ std::optional<at::Tensor> few_channels_direct_conv2d_cpu(const at::Tensor& input
   }
   const float* ip = input.const_data_ptr<float>();
   const float* wp = wt.const_data_ptr<float>();
-  const float* biasp = bp.const_data_ptr<float>();
   float* op = out.mutable_data_ptr<float>();
+  const int64_t rows = s.in.n * s.oh;
   const int64_t row_work = win.kh * win.kw * s.in.c * s.ow * kp;
-  parallel_range(s.in.n * s.oh, grain_for(row_work), [&](int64_t r0, int64_t r1) {
+  const auto run = [&](int64_t r0, int64_t r1) {
     std::vector<float> buffer(nchw_out ? static_cast<size_t>(s.ow * kp) : 0);
-    isa.run(ip, wp, biasp, offs.data(), op, buffer.data(), g, r0, r1);
-  });
+    isa.run(ip, wp, bp.data(), offs.data(), op, buffer.data(), g, r0, r1);
+  };
+  parallel_range_sized(rows, grain_for(row_work), rows * row_work, run);
   return out;
+}
+
+}  // namespace
+
+std::optional<at::Tensor> few_channels_direct_conv2d_cpu(const at::Tensor& input,
+                                                         const at::Tensor& weight,
+                                                         const std::optional<at::Tensor>& bias,
+                                                         const Conv2dShape<int64_t>& s) {
+  if (!takes(input, s)) return std::nullopt;
+  const ForwardIsa isa = forward_isa(s.k);
+  return forward_packed(input, weight_blocks_cpu(weight, isa.block), isa, bias, s,
+                        conv2d_output_format(input, weight));
+}
+
+std::optional<at::Tensor> few_channels_direct_conv2d_grad_input_cpu(const at::Tensor& grad_output,
+                                                                    const at::Tensor& input,
+                                                                    const at::Tensor& weight,
+                                                                    const Conv2dShape<int64_t>& s) {
+  const Window2d& w = s.win;
+  const bool full_padding = w.dh * (w.kh - 1) >= w.ph && w.dw * (w.kw - 1) >= w.pw;
+  if (w.sh != 1 || w.sw != 1 || !full_padding || grad_output.dim() != 4) return std::nullopt;
+  // The forward of grad_output (K channels, oh x ow) with the rotated weight:
+  // stride 1, the full correlation's padding, C output channels.
+  Conv2dShape<int64_t> t = s;
+  t.in.c = s.k, t.in.h = s.oh, t.in.w = s.ow;
+  t.k = s.in.c, t.oh = s.in.h, t.ow = s.in.w;
+  t.win.ph = w.dh * (w.kh - 1) - w.ph, t.win.pw = w.dw * (w.kw - 1) - w.pw;
+  if (!takes(grad_output, t)) return std::nullopt;
+  const ForwardIsa isa = forward_isa(t.k);
+  return forward_packed(grad_output, rotated_weight_blocks_cpu(weight, isa.block), isa,
+                        std::nullopt, t, conv2d_output_format(input, weight));
 }
 
 }  // namespace customconv

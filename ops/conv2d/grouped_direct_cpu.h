@@ -56,6 +56,26 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight_cpu(const at::Tensor
                                                                 const at::Tensor& weight,
                                                                 const Conv2dShape<int64_t>& s);
 
+// The weight gradient of small ungrouped layers (at most 2M multiply-adds) of
+// 8 output channels over a multiple of 8 input channels (at most 64) and rows
+// of 3 taps: the channel-lane items above with one group of all the channels,
+// where the column route's im2col and GEMM took it (1x8x8x8 3x3 layer on a
+// 2-core machine: NCHW 13.4 -> 6.3 us, channels_last 18-30 -> 5.5; F.conv2d
+// 13-15). nullopt elsewhere.
+std::optional<at::Tensor> eight_channel_direct_conv2d_grad_weight_cpu(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    const Conv2dShape<int64_t>& s);
+
+// The weight gradient of tiny pointwise layers (at most 64K multiply-adds),
+// float32, NCHW or channels_last: one pass on the calling thread, where the
+// GEMM routes' setup and threads cost more than the arithmetic. nullopt
+// elsewhere.
+bool small_pointwise_grad_weight_takes(const at::Tensor& input, const Conv2dShape<int64_t>& s);
+std::optional<at::Tensor> small_pointwise_conv2d_grad_weight_cpu(const at::Tensor& grad_output,
+                                                                 const at::Tensor& input,
+                                                                 const at::Tensor& weight,
+                                                                 const Conv2dShape<int64_t>& s);
+
 // The weight gradient of ungrouped layers with a multiple of 16 output
 // channels, on AVX-512 machines: the 16-lane items above with one group of all
 // the channels, over chunks of about 64 KB of grad_output (at least 512

@@ -16,4 +16,12 @@ namespace customconv {
 // is copied in runs instead).
 at::Tensor weight_blocks_cpu(const at::Tensor& weight, int64_t block);
 
+// The same blocks for the weight of a stride-1 input gradient run as a
+// forward convolution: (K, C, kh, kw) read as the (C, K, kh, kw) weight
+// rotated by 180 degrees, rotated[c, k, i, j] = weight[k, c, kh-1-i, kw-1-j],
+// without materializing it (the flipped copy and the transpose cost tiny
+// layers more than the packing). One pass on the calling thread: meant for
+// the few-channel kernel's small weights.
+at::Tensor rotated_weight_blocks_cpu(const at::Tensor& weight, int64_t block);
+
 }  // namespace customconv
