@@ -4,7 +4,8 @@ F.conv2d: each build is forced with CUSTOMCONV_CPU_ISA in a subprocess (the
 choice is made once per process) and runs conv2d's direct float32 forward
 kernels (few input channels, 16 or more; output channels that fill no whole
 vector; NCHW and channels_last), the grouped forward and weight gradient of
-16 and 32 channels a group, an ungrouped weight gradient, and depthwise_conv2d's float32 forward."""
+16 and 32 channels a group, an ungrouped weight gradient, tiny layers' gradients and 1x1
+forwards over few channels, and depthwise_conv2d's float32 forward."""
 
 import os
 import subprocess
@@ -47,6 +48,27 @@ SCRIPT = textwrap.dedent(
                                                    [1, 1], [1, 1], False, [0, 0], groups,
                                                    [False, True, False])[1]
         torch.testing.assert_close(gw.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    # Tiny layers' routes (few output channels): the input gradient of stride-1
+    # and small 1x1 layers as the few-channel forward of grad_output, the 1x1
+    # forward over few input channels, and the weight gradient of 8 output
+    # channels on the grouped kernel's items; NCHW and channels_last.
+    for n, c, h, w, k, ks in [(1, 8, 8, 8, 8, 3), (2, 16, 9, 7, 8, 3), (2, 5, 10, 9, 5, 3), (1, 8, 8, 8, 8, 1),
+                              (3, 12, 6, 7, 11, 1)]:
+        for fmt in (torch.contiguous_format, torch.channels_last):
+            p = ks // 2
+            x = torch.randn(n, c, h, w).contiguous(memory_format=fmt)
+            wt = torch.randn(k, c, ks, ks).contiguous(memory_format=fmt)
+            got = ops.conv2d(x, wt, None, [1, 1], [p, p], [1, 1], 1)
+            go = torch.randn(got.shape).contiguous(memory_format=fmt)
+            gi = ops.conv2d_grad_input(go, x, wt, [1, 1], [p, p], [1, 1], 1)
+            gw = ops.conv2d_grad_weight(go, x, wt, [1, 1], [p, p], [1, 1], 1)
+            want = F.conv2d(x.double(), wt.double(), None, 1, p)
+            want_gi, want_gw = torch.ops.aten.convolution_backward(
+                go.double(), x.double(), wt.double(), None, [1, 1], [p, p], [1, 1], False, [0, 0], 1,
+                [True, True, False])[:2]
+            for name, a, b in [("forward", got, want), ("grad_input", gi, want_gi), ("grad_weight", gw, want_gw)]:
+                torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-5 * b.abs().max().item(),
+                                           msg=lambda m: f"{name} {(n, c, h, w, k, ks)} {fmt}: {m}")
     x = torch.randn(2, 24, 17, 19)
     wt = torch.randn(24, 1, 5, 5)
     got = ops.depthwise_conv2d(x, wt, None, [2, 1], [2, 2], [1, 1])
