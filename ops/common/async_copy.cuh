@@ -8,6 +8,11 @@
 
 namespace customconv {
 
+// The shared-memory address (as cp.async and ldmatrix take it) of p.
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 // 16 bytes from global src (16-byte aligned) to shared address dst.
 __device__ __forceinline__ void copy_async_16(unsigned dst, const void* src) {
@@ -17,6 +22,12 @@ __device__ __forceinline__ void copy_async_16(unsigned dst, const void* src) {
 // The first `bytes` (0 or 16) of the 16 at src, zeros for the rest.
 __device__ __forceinline__ void copy_async_16(unsigned dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
+// The same through L1 (cp.async.ca), for data that other copies of the
+// same block read again soon (overlapping windows).
+__device__ __forceinline__ void copy_async_16_cached(unsigned dst, const void* src, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
 }
 
 // Closes this thread's copies issued so far into one group.

@@ -146,6 +146,7 @@ std::optional<at::Tensor> cuda_conv2d_grad_input_engine(const at::Tensor& grad_o
     if (tiny_grouped_gradients(s)) {
       if (auto gi = grouped_direct_conv2d_grad_input(grad_output, input, weight, s)) return gi;
     }
+    if (auto gi = grouped_mma_conv2d_grad_input(grad_output, input, weight, s)) return gi;
     if (grad_input_as_forward(s.win)) return std::nullopt;  // the grouped forward's tensor cores
 #ifdef CUSTOMCONV_WITH_CUTLASS
     if (auto gi = implicit_gemm_grouped_conv2d_grad_input(grad_output, input, weight, s)) return gi;
@@ -185,7 +186,11 @@ std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_
                                                          const at::Tensor& weight,
                                                          const Conv2dShape<int64_t>& s) {
   if (s.groups > 1) {
-    if (direct_grad_weight_first(input, s) || tiny_grouped_gradients(s)) {
+    if (tiny_grouped_gradients(s)) {
+      if (auto gw = grouped_direct_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
+    }
+    if (auto gw = grouped_mma_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
+    if (direct_grad_weight_first(input, s)) {
       if (auto gw = grouped_direct_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
     }
 #ifdef CUSTOMCONV_WITH_CUTLASS

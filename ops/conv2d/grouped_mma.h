@@ -7,9 +7,9 @@
 // on zeros between groups. Groups of 4 channels run two to a tile, with a
 // block-diagonal 8 x 8 weight per tap (half the products are zeros). Where a
 // merge does divide the groups (ResNeXt-50's 32 groups of 4 and of 8), the
-// merged route goes first (engines_cuda.cpp says why). Forward only; the
-// stride-1 input gradient runs through it as the forward of grad_output with
-// the rotated weight.
+// merged route goes first (engines_cuda.cpp says why). The stride-1 input
+// gradient runs through it as the forward of grad_output with the rotated
+// weight.
 //
 // Takes: CUDA tensors on a device of compute capability 8.0 or newer,
 // batched, 1 < groups < C, C / groups == K / groups == 8, or 4 with an even
@@ -41,5 +41,26 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
                                              const std::optional<at::Tensor>& bias,
                                              const Conv2dShape<int64_t>& s,
                                              const ConvEpilogue* epilogue = nullptr);
+
+// The weight gradient of grouped 3x3 layers with 8, 16 or 32 input and
+// output channels a group (ResNeXt's 32 groups of 8 to 32, RegNet's groups of
+// 8), float16 or bfloat16, on tensor cores: each group's (K/g) x (9 C/g)
+// product summed over the output positions with float32 sums, the positions
+// cut into slices whose float32 planes are added in a fixed order and
+// rounded once (bitwise reproducible, no atomics). Any stride, padding and
+// dilation. It reads channels_last input and grad_output (others are copied
+// into it), every vector of 8 channels 16-byte aligned, and gives the weight
+// in conv2d_output_format. Declines (nullopt) everything else, and devices
+// older than compute capability 8.0.
+// The input gradient of the same layers (same conditions), on tensor cores:
+// the input positions a stride phase at a time, so that each is reached
+// only through the taps that reach an output position from it. Reads
+// grad_output and the weight channels_last, and gives the input's gradient
+// in conv2d_output_format.
+std::optional<at::Tensor> grouped_mma_conv2d_grad_input(const at::Tensor& grad_output, const at::Tensor& input,
+                                                        const at::Tensor& weight, const Conv2dShape<int64_t>& s);
+
+std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
+                                                         const at::Tensor& weight, const Conv2dShape<int64_t>& s);
 
 }  // namespace customconv

@@ -12,6 +12,7 @@
 
 #include "ops/common/activation.h"
 #include "ops/common/launch.h"
+#include "ops/common/mma_sync.cuh"
 #include "ops/common/pair_io.cuh"
 
 namespace customconv {
@@ -79,35 +80,6 @@ __device__ __forceinline__ U tap_bits(const T* in, const Row<KH, KW>& r, const G
   U v = 0;
   if (inside) v = __ldg(reinterpret_cast<const U*>(in + (r.base + offset[t] + shift)));
   return v;
-}
-
-__device__ __forceinline__ uint32_t to_tf32(uint32_t bits) {
-  uint32_t out;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(out) : "f"(__uint_as_float(bits)));
-  return out;
-}
-
-// D = A * B + D on one 16 x 8 tile: A 16 x k (row-major fragments), B k x 8.
-template <typename T>
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (std::is_same_v<T, at::Half>) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else if constexpr (std::is_same_v<T, at::BFloat16>) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-#else
-  (void)d, (void)a, (void)b;
-  __trap();  // the host launches this only on compute capability 8.0 and newer
-#endif
 }
 
 // Forward. Block (x, y): kWarps warps, warp w on the 8-channel slice
@@ -201,7 +173,7 @@ __global__ void __launch_bounds__(kWarps * 32, 8)
     float d[4] = {bias0, bias1, bias0, bias1};
 #pragma unroll
     for (int st = 0; st < kSteps; ++st) {
-      if ((k16 ? 2 * st : st) < g.taps) mma<T>(d, a[st], b[st]);
+      if ((k16 ? 2 * st : st) < g.taps) mma_16x8<T>(d, a[st], b[st]);
     }
     const int64_t o0 = int64_t(m0) * k + out_channel, o1 = int64_t(m1) * k + out_channel;
     if (m0 < g.positions) store_epilogue(out + o0, residual != nullptr ? residual + o0 : nullptr, act, d[0], d[1]);
