@@ -80,6 +80,29 @@ __device__ __forceinline__ void load_matrix_x2(uint32_t (&a)[2], unsigned addr) 
 #endif
 }
 
+// One, two or four (N) 8 x 8 matrices of 16-bit values from shared memory,
+// as stored (load_matrix_x2's layout, lanes 8 j to 8 j + 7 giving the rows
+// of matrix j): for matrices whose rows are mma_16x8x8's B columns (the
+// reduction along each row), one B fragment each.
+template <int N>
+__device__ __forceinline__ void load_matrices(uint32_t (&m)[N], unsigned addr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  static_assert(N == 1 || N == 2 || N == 4, "1, 2 or 4 matrices");
+  if constexpr (N == 1) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(m[0]) : "r"(addr));
+  } else if constexpr (N == 2) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(m[0]), "=r"(m[1]) : "r"(addr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(m[0]), "=r"(m[1]), "=r"(m[2]), "=r"(m[3])
+                 : "r"(addr));
+  }
+#else
+  (void)m, (void)addr;
+  __trap();
+#endif
+}
+
 // One 8 x 8 matrix of 16-bit values, transposed (lanes 0-7 give the rows'
 // addresses): for an 8 x 8 matrix stored k-major, mma_16x8x8's B fragment.
 __device__ __forceinline__ uint32_t load_matrix_x1_trans(unsigned addr) {

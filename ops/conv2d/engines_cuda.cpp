@@ -82,6 +82,9 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
   if (strided_pointwise_forward(input, s)) {
     if (auto out = strided_pointwise_conv2d_cuda(input, weight, bias, s)) return out;
   }
+  if (s.groups > 1) {
+    if (auto out = grouped_mma_tiled_conv2d(input, weight, bias, s)) return out;
+  }
 #ifdef CUSTOMCONV_WITH_CUTLASS
   if (auto out = implicit_gemm_conv2d(input, weight, bias, s)) return out;
 #endif
@@ -112,6 +115,9 @@ std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
                                                    const ConvEpilogue& epilogue) {
   if (!epilogue.has_residual()) {
     if (auto out = stem_direct_conv2d_cuda(input, weight, bias, s, epilogue.activation)) return out;
+  }
+  if (s.groups > 1) {
+    if (auto out = grouped_mma_tiled_conv2d(input, weight, bias, s, &epilogue)) return out;
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS
   if (auto out = implicit_gemm_conv2d_fused(input, weight, bias, s, epilogue)) return out;

@@ -238,7 +238,7 @@ const KernelFit& fit_on(int device) {
 std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
                                                          const at::Tensor& weight, const Conv2dShape<int64_t>& s) {
   namespace gm = grouped_mma_gradients;
-  if (!gm::takes(grad_output, input, s)) return std::nullopt;
+  if (grad_output.dim() != 4 || !gm::takes(input, s)) return std::nullopt;
   const int64_t cg = s.in.c / s.groups;
   const int gpb = gm::groups_per_block(cg, s.groups);
   const int device = input.get_device();

@@ -1,4 +1,5 @@
-// What the grouped gradients on tensor cores share (grouped_mma.h;
+// What the grouped kernels on tensor cores for 8, 16 and 32 channels a
+// group share (grouped_mma.h; grouped_mma_tiled_forward_cuda.cu,
 // grouped_mma_grad_input_cuda.cu, grouped_mma_grad_weight_cuda.cu): the
 // layers they take, how many neighbouring groups a block takes, and the
 // dispatch to their compiled variants.
@@ -19,8 +20,8 @@ namespace customconv::grouped_mma_gradients {
 // Batched CUDA tensors, 1 < groups < C, K == C, 8, 16 or 32 channels a
 // group, float16 or bfloat16, a 3x3 window, positions and element offsets
 // up to the channel within ints, a device of compute capability 8.0 or newer.
-inline bool takes(const at::Tensor& grad_output, const at::Tensor& input, const Conv2dShape<int64_t>& s) {
-  if (!input.is_cuda() || !s.in.batched || grad_output.dim() != 4 || s.groups <= 1 || s.groups >= s.in.c ||
+inline bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  if (!input.is_cuda() || !s.in.batched || s.groups <= 1 || s.groups >= s.in.c ||
       s.groups > 65535) {
     return false;
   }

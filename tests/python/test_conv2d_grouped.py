@@ -227,8 +227,9 @@ def test_tiny_grouped_gradients_take_the_direct_kernels(dtype, layout, gen):
 
 
 def mma_kernel_ran(fn):
-    """fn's result and whether the tensor-core kernel for groups of 8
-    (grouped_mma.h) ran in it, or the one-launch route for tiny NCHW problems
+    """fn's result and whether a tensor-core kernel for groups of 8
+    (grouped_mma.h: the 16-bit 3x3 layers go to the tiled one) ran in it, or
+    the one-launch route for tiny NCHW problems
     (tiny_direct.h), which goes before every other; None where the profiler
     saw no kernel at all (under compute-sanitizer, which holds the profiling
     interface)."""
@@ -238,7 +239,8 @@ def mma_kernel_ran(fn):
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     if not names:
         return out, None
-    return out, any("grouped_mma_forward_kernel" in n or "tiny_forward_kernel" in n for n in names)
+    return out, any(k in n for n in names for k in ("grouped_mma_forward_kernel", "grouped_mma_tiled_forward_kernel",
+                                                    "tiny_forward_kernel"))
 
 
 # The bound of a product's error: |got - want| <= tol * (|x| conv |w|) + 1e-6.
@@ -289,8 +291,8 @@ def test_groups_of_8_on_tensor_cores(dtype, width, idx, rng, gen, seed):
                                   "odd-groups-of-4"])
 def test_groups_of_8_cases_the_tensor_core_kernel_declines(case, gen):
     # Outside its conditions the layer keeps the other routes, and is right;
-    # groups that merge into 32-channel tiles (4 groups of 8) keep the merged
-    # route, which measured faster.
+    # in 16-bit, 3x3 groups that merge into 32 channels (4 groups of 8) go to
+    # the tiled kernel (grouped_mma.h).
     dtype = torch.float32 if case == "f32-exact" else torch.float16
     cg = {"16-per-group": 16, "odd-groups-of-4": 4}.get(case, 8)
     groups = 4 if case == "merged" else 3
@@ -304,7 +306,8 @@ def test_groups_of_8_cases_the_tensor_core_kernel_declines(case, gen):
         got, ran = mma_kernel_ran(lambda: ops.conv2d(x, w, None, [1, 1], [ks // 2, ks // 2], [1, 1], groups))
     finally:
         torch.backends.cudnn.allow_tf32 = saved
-    assert ran is not True
+    # Groups that merge into 32 channels (4 of 8) go to the tiled 3x3 kernel in 16-bit.
+    assert ran is not (case != "merged")
     want = F.conv2d(x.double(), w.double(), None, 1, ks // 2, 1, groups)
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * float(want.abs().max()))

@@ -1,11 +1,12 @@
-"""The grouped gradients on tensor cores (ops/conv2d/grouped_mma.h,
-grouped_mma_conv2d_grad_input and grouped_mma_conv2d_grad_weight): 3x3
-layers with 8, 16 or 32 channels a group in float16 and bfloat16, against
-F.conv2d's gradients in float64 within the bound of float32 sums of exact
-products rounded once, on random strides, paddings, dilations, plane sizes,
-batch sizes and layouts; ResNeXt's and RegNet's layers; the memory format;
-a weight gradient that repeats bit for bit; a CUDA graph; and the layers
-left to the other routes."""
+"""The grouped 3x3 kernels on tensor cores for 8, 16 and 32 channels a group
+(ops/conv2d/grouped_mma.h: grouped_mma_tiled_conv2d, grouped_mma_conv2d_grad_input,
+grouped_mma_conv2d_grad_weight) in float16 and bfloat16: the forward (with
+bias, and conv2d_fused's residual and activation) and both gradients against
+F.conv2d in float64 within the bound of float32 sums of exact products
+rounded once, on random strides, paddings, dilations, plane sizes, batch
+sizes and layouts; ResNeXt's and RegNet's layers; the memory format; a
+weight gradient that repeats bit for bit; a CUDA graph; and the layers left
+to the other routes."""
 
 import pytest
 import torch
@@ -17,28 +18,38 @@ pytestmark = cuda
 
 DTYPES = [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id="bf16")]
 PASSES = ["grad_input", "grad_weight"]
+ALL_PASSES = ["forward"] + PASSES
 # The rounding of a result (float32 sums of exact products): half an ulp of
 # the dtype, with room for the float32 sums, relative to the sum of the
 # products' magnitudes.
 TOL = {torch.float16: 2.0**-9, torch.bfloat16: 2.0**-7}
-KERNELS = {"grad_input": "grouped_mma_grad_input_kernel", "grad_weight": "grouped_mma_grad_weight_kernel"}
+KERNELS = {"forward": "grouped_mma_tiled_forward_kernel", "grad_input": "grouped_mma_grad_input_kernel",
+           "grad_weight": "grouped_mma_grad_weight_kernel"}
 TINY_MACS = 1 << 20  # tiny_direct.h: smaller gradients go to the direct kernels first
 
 
 def gradient_and_route(which, go, x, w, args):
-    """The gradient `which` and whether its tensor-core kernel ran (None
-    where the profiler saw no kernel: under compute-sanitizer)."""
+    """The pass `which` (forward: conv2d without bias) and whether its
+    tensor-core kernel ran (None where the profiler saw no kernel: under
+    compute-sanitizer)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        got = getattr(ops, "conv2d_" + which)(go, x, w, *args)
+        if which == "forward":
+            got = ops.conv2d(x, w, None, *args)
+        else:
+            got = getattr(ops, "conv2d_" + which)(go, x, w, *args)
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     return got, (any(KERNELS[which] in n for n in names) if names else None)
 
 
-def kernel_takes(which, width, groups):
-    """Whether the layer's gradient `which` goes to the tensor-core kernel
-    (above the tiny bound): the input gradient leaves groups of 8 that no
-    pair merges (an odd count) under 32 groups to the other routes."""
+def kernel_takes(which, width, groups, stride):
+    """Whether the layer's pass `which` goes to its tensor-core kernel (the
+    gradients above the tiny bound): the forward takes stride 1 with groups
+    of 8 or 16 channels that merge into 32-channel blocks (a multiple of 4
+    or 2 groups); the input gradient leaves groups of 8 that no pair merges
+    (an odd count) under 32 groups to the other routes."""
+    if which == "forward":
+        return tuple(stride) == (1, 1) and width <= 16 and groups % (32 // width) == 0
     return not (which == "grad_input" and width == 8 and groups % 2 == 1 and groups < 32)
 
 
@@ -50,6 +61,8 @@ def check(which, got, go, x, w, args, dtype, ctx):
     def grad(x, w, go):
         x, w = x.double().requires_grad_(), w.double().requires_grad_()
         out = F.conv2d(x, w, None, stride, padding, dilation, groups)
+        if which == "forward":
+            return out.detach()
         return torch.autograd.grad(out, x if which == "grad_input" else w, go.double())[0]
 
     want = grad(x, w, go)
@@ -62,8 +75,8 @@ def check(which, got, go, x, w, args, dtype, ctx):
 @pytest.mark.parametrize("idx", range(10))
 @pytest.mark.parametrize("width", [8, 16, 32])
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("which", PASSES)
-def test_random_grouped_3x3_gradients_on_tensor_cores(which, dtype, width, idx, rng, gen, seed):
+@pytest.mark.parametrize("which", ALL_PASSES)
+def test_random_grouped_3x3_layers_on_tensor_cores(which, dtype, width, idx, rng, gen, seed):
     groups = rng.choice([2, 3, 6, 13, 32] if width == 8 else [2, 3, 5, 32])
     stride = (rng.choice([1, 1, 2, 3]), rng.choice([1, 2]))
     dilation = (rng.choice([1, 1, 2]), rng.choice([1, 1, 3]))
@@ -82,7 +95,11 @@ def test_random_grouped_3x3_gradients_on_tensor_cores(which, dtype, width, idx, 
     ctx = f"seed={seed} x={tuple(x.shape)} groups={groups} args={args} layouts={layout},{w_layout}"
     got, ran = gradient_and_route(which, go, x, w, args)
     if ran is not None:
-        assert ran == (batch * oh * ow * c * width * 9 > TINY_MACS and kernel_takes(which, width, groups)), ctx
+        takes = kernel_takes(which, width, groups, stride)
+        if which == "forward":  # (tiny NCHW forwards go to their own kernel first)
+            assert ran == takes or (layout == "contiguous" and not ran), ctx
+        else:
+            assert ran == (batch * oh * ow * c * width * 9 > TINY_MACS and takes), ctx
     fmt = torch.channels_last if "channels_last" in (layout, w_layout) else torch.contiguous_format
     assert got.is_contiguous(memory_format=fmt), ctx
     check(which, got, go, x, w, args, dtype, ctx)
@@ -105,7 +122,7 @@ LAYERS = {
 
 @pytest.mark.parametrize("layer", list(LAYERS))
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("which", PASSES)
+@pytest.mark.parametrize("which", ALL_PASSES)
 def test_resnext_and_regnet_layers(which, dtype, layer, gen, seed):
     c, groups, s, h = LAYERS[layer]
     x = make_tensor((4, c, h, h), dtype, "cuda", "channels_last", gen)
@@ -114,7 +131,7 @@ def test_resnext_and_regnet_layers(which, dtype, layer, gen, seed):
     go = make_tensor((4, c, o, o), dtype, "cuda", "channels_last", gen)
     args = ([s, s], [1, 1], [1, 1], groups)
     got, ran = gradient_and_route(which, go, x, w, args)
-    assert ran is not (not kernel_takes(which, c // groups, groups)), f"seed={seed}"
+    assert ran is not (not kernel_takes(which, c // groups, groups, (s, s))), f"seed={seed}"
     assert got.is_contiguous(memory_format=torch.channels_last)
     check(which, got, go, x, w, args, dtype, f"seed={seed} {layer}")
 
@@ -161,7 +178,7 @@ def test_backward_in_a_cuda_graph_on_a_side_stream(gen):
 
 
 @pytest.mark.parametrize("case", ["groups-of-4", "groups-of-64", "5x5", "float32", "misaligned", "more-outputs"])
-@pytest.mark.parametrize("which", PASSES)
+@pytest.mark.parametrize("which", ALL_PASSES)
 def test_layers_left_to_the_other_routes(which, case, gen):
     # Outside its conditions each gradient keeps the other routes and is
     # right: 4 or 64 channels a group, other windows, float32, a view not
@@ -187,7 +204,10 @@ def test_layers_left_to_the_other_routes(which, case, gen):
     assert ran is not True
     x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
     out = F.conv2d(x64, w64, None, 2, ks // 2, 1, groups)
-    want = torch.autograd.grad(out, x64 if which == "grad_input" else w64, go.double())[0]
+    if which == "forward":
+        want = out.detach()
+    else:
+        want = torch.autograd.grad(out, x64 if which == "grad_input" else w64, go.double())[0]
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * float(want.abs().max()))
 
@@ -200,3 +220,53 @@ def test_empty_batch(which, gen):
     got = getattr(ops, "conv2d_" + which)(go, x, w, [1, 1], [1, 1], [1, 1], 8)
     assert got.shape == (x if which == "grad_input" else w).shape
     assert not got.any()
+
+
+ACTIVATIONS = {"identity": lambda t: t, "relu": F.relu, "relu6": F.relu6, "silu": F.silu,
+               "hardswish": F.hardswish, "gelu": F.gelu, "sigmoid": torch.sigmoid}
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["no-residual", "residual"])
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_bias_residual_and_activation_in_the_forward(dtype, activation, residual, rng, gen, seed):
+    # conv2d_fused on the tiled forward (stride 1, groups of 8 or 16 that
+    # merge into 32 channels; the other routes otherwise): bias, residual and activation applied as
+    # the results are stored, against act(conv + bias + residual) in float64.
+    width, groups = rng.choice([(8, 32), (8, 13), (16, 6), (32, 4)])
+    c = width * groups
+    stride = rng.choice([1, 2])
+    x = make_tensor((2, c, 15, 13), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((c, width, 3, 3), dtype, "cuda", "channels_last", gen)
+    b = make_tensor((c,), dtype, "cuda", gen=gen)
+    o = (15 - 1) // stride + 1, (13 - 1) // stride + 1
+    r = make_tensor((2, c, *o), dtype, "cuda", "channels_last", gen) if residual else None
+    args = ([stride, stride], [1, 1], [1, 1], groups)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        got = ops.conv2d_fused(x, w, b, *args, activation, r)
+        torch.cuda.synchronize()
+    names = " ".join(e.name for e in prof.events())
+    assert not names or (KERNELS["forward"] in names) == kernel_takes("forward", width, groups, (stride, stride)), \
+        f"seed={seed}"
+    pre = F.conv2d(x.double(), w.double(), b.double(), stride, 1, 1, groups)
+    bound = F.conv2d(x.double().abs(), w.double().abs(), b.double().abs(), stride, 1, 1, groups)
+    if r is not None:
+        pre, bound = pre + r.double(), bound + r.double().abs()
+    want = ACTIVATIONS[activation](pre)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    # The activations here change a value by at most 1.5x its input's change (hardswish).
+    err = (got.double() - want).abs() - 1.5 * TOL[dtype] * bound - 2.0**-10 * want.abs()
+    assert (err <= 1e-6).all(), f"seed={seed} worst {float(err.max())}"
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
+def test_forward_with_bias_keeps_the_memory_format(layout, gen):
+    x = make_tensor((3, 96, 20, 17), torch.float16, "cuda", layout, gen)
+    w = make_tensor((96, 16, 3, 3), torch.float16, "cuda", layout, gen)
+    b = make_tensor((96,), torch.float16, "cuda", gen=gen)
+    got = ops.conv2d(x, w, b, [1, 2], [1, 1], [2, 1], 6)
+    want = F.conv2d(x.double(), w.double(), b.double(), [1, 2], [1, 1], [2, 1], 6)
+    bound = F.conv2d(x.double().abs(), w.double().abs(), b.double().abs(), [1, 2], [1, 1], [2, 1], 6)
+    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    assert got.is_contiguous(memory_format=fmt)
+    assert ((got.double() - want).abs() <= TOL[torch.float16] * bound + 1e-6).all()
