@@ -1,4 +1,10 @@
-// Grouped convolutions of 8 input and 8 output channels per group on tensor
+// Grouped convolutions on tensor cores (mma.sync), four kernels:
+//   - grouped_mma_conv2d: the forward of groups of 8 (or 4) channels, below;
+//   - grouped_mma_tiled_conv2d, grouped_mma_conv2d_grad_input,
+//     grouped_mma_conv2d_grad_weight: 16-bit 3x3 layers with 8, 16 or 32
+//     channels a group, declared further down with their conditions.
+//
+// grouped_mma_conv2d: groups of 8 input and 8 output channels on tensor
 // cores: RegNetY-400MF's 3x3 layers (6, 13, 26 and 55 groups of 8), whose
 // group counts no merge into 32-channel tiles divides, so that the merged
 // route (implicit_gemm.h) declines them and they ran on the CUDA-core kernels
