@@ -83,6 +83,7 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
     if (auto out = strided_pointwise_conv2d_cuda(input, weight, bias, s)) return out;
   }
   if (s.groups > 1) {
+    // 16-bit stride-1 3x3 layers whose groups merge into 32 channels (grouped_mma.h).
     if (auto out = grouped_mma_tiled_conv2d(input, weight, bias, s)) return out;
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS
@@ -152,6 +153,7 @@ std::optional<at::Tensor> cuda_conv2d_grad_input_engine(const at::Tensor& grad_o
     if (tiny_grouped_gradients(s)) {
       if (auto gi = grouped_direct_conv2d_grad_input(grad_output, input, weight, s)) return gi;
     }
+    // 16-bit 3x3 layers with 8 to 32 channels a group on tensor cores (grouped_mma.h).
     if (auto gi = grouped_mma_conv2d_grad_input(grad_output, input, weight, s)) return gi;
     if (grad_input_as_forward(s.win)) return std::nullopt;  // the grouped forward's tensor cores
 #ifdef CUSTOMCONV_WITH_CUTLASS
@@ -195,6 +197,7 @@ std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_
     if (tiny_grouped_gradients(s)) {
       if (auto gw = grouped_direct_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
     }
+    // 16-bit 3x3 layers with 8 to 32 channels a group on tensor cores (grouped_mma.h).
     if (auto gw = grouped_mma_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
     if (direct_grad_weight_first(input, s)) {
       if (auto gw = grouped_direct_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
