@@ -1,4 +1,5 @@
 #include "ops/conv2d/conv2d.h"
+#include "ops/conv2d/dense_mma.h"
 #include "ops/conv2d/grouped_direct.h"
 #include "ops/conv2d/grouped_mma.h"
 #include "ops/conv2d/implicit_gemm.h"
@@ -206,6 +207,19 @@ std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_
     if (auto gw = implicit_gemm_grouped_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
 #endif
     return grouped_direct_conv2d_grad_weight(grad_output, input, weight, s);
+  }
+  // 16-bit 3x3 layers of 64k channels on tensor cores (dense_mma.h), but
+  // where CUTLASS 3's Hopper kernel takes them: on an H100 (float16, N=32,
+  // us, in CUDA graphs) ResNet-50's 64- and 128-channel layers took 40 and
+  // 38 here against 67 and 44 on the sm80-style implicit GEMM, its 256- and
+  // 512-channel layers 41 and 51 against the Hopper kernel's 21 and 28.
+#ifdef CUSTOMCONV_WITH_CUTLASS
+  const bool on_hopper = implicit_gemm_wgrad_on_hopper(input, s);
+#else
+  const bool on_hopper = false;
+#endif
+  if (!on_hopper) {
+    if (auto gw = dense_mma_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
   }
   if (strided_pointwise_route(input, s)) {
     auto gw = strided_pointwise_conv2d_grad_weight_cuda(grad_output, input, weight, s);

@@ -18,6 +18,7 @@
 #include "ops/common/launch.h"
 #include "ops/common/mma_sync.cuh"
 #include "ops/conv2d/grouped_mma_gradients.cuh"
+#include "ops/conv2d/weight_planes_sum.cuh"
 
 namespace customconv {
 namespace {
@@ -205,25 +206,6 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 #endif
-}
-
-// out (the weight's gradient, k x CG x 3 x 3; channels_last: stored (k, 3,
-// 3, CG)) = the slices' planes (k, 3, 3, CG) summed in slice order in
-// float32, rounded once. A thread per element, grid-stride.
-template <typename T>
-__global__ void sum_planes_kernel(const float* __restrict__ partial, T* __restrict__ out, int slices,
-                                  int64_t plane, int cg, bool channels_last) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < plane;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    float sum = partial[i];
-    for (int s = 1; s < slices; ++s) sum += partial[s * plane + i];
-    int64_t o = i;
-    if (!channels_last) {
-      const int64_t c = i % cg, tap = i / cg % kTaps, k = i / (cg * kTaps);
-      o = (k * cg + c) * kTaps + tap;
-    }
-    out[o] = static_cast<T>(sum);
-  }
 }
 
 template <typename T, int CG, int GPB>

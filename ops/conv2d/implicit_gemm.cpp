@@ -539,6 +539,15 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
   return in_format(gi, input, weight);
 }
 
+bool implicit_gemm_wgrad_on_hopper(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+#ifdef CUSTOMCONV_WITH_SM90A
+  return input.is_cuda() && s.groups == 1 && wgrad_tile(input, s, is_sm90(input.get_device())) == WgradTile::kSm90;
+#else
+  (void)input, (void)s;
+  return false;
+#endif
+}
+
 std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& grad_output,
                                                            const at::Tensor& input,
                                                            const at::Tensor& weight,

@@ -103,6 +103,10 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& gra
                                                            const at::Tensor& input,
                                                            const at::Tensor& weight,
                                                            const Conv2dShape<int64_t>& s);
+// Whether the weight gradient above runs CUTLASS 3's Hopper kernel: 16-bit
+// layers of at most 6272 output positions (a 14x14 plane at N=32) and 128 or
+// more output channels on an sm_90 device, in a build with sm_90a code.
+bool implicit_gemm_wgrad_on_hopper(const at::Tensor& input, const Conv2dShape<int64_t>& s);
 
 namespace implicit_gemm {
 

@@ -1,9 +1,9 @@
-"""Each pass of conv2d on grouped 3x3 layers, ours against cuDNN's, on a GPU.
+"""Each pass of conv2d on 3x3 layers, ours against cuDNN's, on a GPU.
 
-    python3 bench/grouped_passes.py [--dtypes float16,bfloat16] [--batch 32]
+    python3 bench/conv2d_passes.py [--layers grouped,resnet50] [--dtypes float16,bfloat16] [--batch 32]
 
-For ResNeXt-50 32x4d's and RegNetY-400MF's grouped layers (channels_last,
-no bias) it times the forward (ours: conv2d; PyTorch: F.conv2d), the weight
+For ResNeXt-50 32x4d's and RegNetY-400MF's grouped layers and ResNet-50's
+3x3 layers (channels_last, no bias) it times the forward (ours: conv2d; PyTorch: F.conv2d), the weight
 gradient and the input gradient (ours: conv2d_grad_weight and
 conv2d_grad_input; PyTorch: aten.convolution_backward with one output) apart,
 each as 50 calls captured in a CUDA graph and replayed (the best of 5
@@ -22,10 +22,15 @@ import customconv  # noqa: E402,F401
 
 ops = torch.ops.customconv
 
-# (C, groups, stride, input size): ResNeXt-50 32x4d's grouped 3x3 layers and RegNetY-400MF's.
-LAYERS = [(128, 32, 1, 56), (256, 32, 2, 56), (256, 32, 1, 28), (512, 32, 2, 28), (512, 32, 1, 14),
+# (C, groups, stride, input size), as many output channels as input ones.
+LAYERS = {}
+# ResNeXt-50 32x4d's grouped 3x3 layers and RegNetY-400MF's.
+LAYERS["grouped"] = [(128, 32, 1, 56), (256, 32, 2, 56), (256, 32, 1, 28), (512, 32, 2, 28), (512, 32, 1, 14),
           (1024, 32, 2, 14), (1024, 32, 1, 7), (48, 6, 2, 112), (104, 13, 2, 56), (104, 13, 1, 28),
           (208, 26, 2, 28), (208, 26, 1, 14), (440, 55, 2, 14), (440, 55, 1, 7)]
+# ResNet-50's 3x3 layers.
+LAYERS["resnet50"] = [(64, 1, 1, 56), (128, 1, 2, 56), (128, 1, 1, 28), (256, 1, 2, 28), (256, 1, 1, 14),
+                      (512, 1, 2, 14), (512, 1, 1, 7)]
 
 
 def graph_us(fn, reps: int = 50) -> float:
@@ -54,6 +59,7 @@ def graph_us(fn, reps: int = 50) -> float:
 
 def main(argv) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", default="grouped,resnet50", help="grouped, resnet50 or both")
     parser.add_argument("--dtypes", default="float16,bfloat16")
     parser.add_argument("--batch", type=int, default=32)
     args = parser.parse_args(argv)
@@ -64,7 +70,7 @@ def main(argv) -> int:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.dtypes.split(","):
         dtype = getattr(torch, name)
-        for c, groups, s, h in LAYERS:
+        for c, groups, s, h in [layer for group in args.layers.split(",") for layer in LAYERS[group]]:
             cl = torch.channels_last
             x = torch.randn(args.batch, c, h, h, device="cuda", dtype=dtype).to(memory_format=cl)
             w = torch.randn(c, c // groups, 3, 3, device="cuda", dtype=dtype).to(memory_format=cl)

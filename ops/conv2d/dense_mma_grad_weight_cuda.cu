@@ -1,0 +1,280 @@
+// The weight gradient of ungrouped 16-bit 3x3 layers on tensor cores
+// (dense_mma.h): gw (K x 9 C) = sum over output positions of grad_output's
+// channels times the input's 3x3 patches, reduced over positions in slices
+// whose float32 planes are summed in a fixed order (weight_planes_sum.cuh).
+#include "ops/conv2d/dense_mma.h"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/detail/IntegerDivider.cuh>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "ops/common/async_copy.cuh"
+#include "ops/common/kernel_fit.h"
+#include "ops/common/launch.h"
+#include "ops/common/mma_sync.cuh"
+#include "ops/conv2d/weight_planes_sum.cuh"
+
+namespace customconv {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRowTaps = 3;  // a block takes one row of the 3x3 window
+constexpr int kBlockC = 64;  // input channels a block
+constexpr int kChunk = 64;   // output positions a stage (4 mma steps of 16)
+constexpr int kStages = 3;
+// Shared-memory rows (one position's channels) padded by 8 elements so
+// that the eight rows an ldmatrix reads fall in distinct banks.
+constexpr int kPitch = kBlockC + 8;
+constexpr int kInputElements = kRowTaps * kChunk * kPitch;
+
+// A block's output channels: KB = 64, or 128 where they divide K (grad_output
+// then read half as often; one block an SM instead of two).
+template <int KB>
+struct Tile {
+  static constexpr int kPitchK = KB + 8;
+  static constexpr int kStageElements = kInputElements + kChunk * kPitchK;
+  static constexpr int kSharedBytes = kStages * kStageElements * 2;
+  static constexpr int kColumnTiles = KB / 16;  // 8-column tiles a warp
+  static constexpr int kMinBlocks = KB == 64 ? 2 : 1;
+};
+constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
+
+// One call's geometry, channels_last: input (n, h, w, c), grad_output
+// (n, p, q, k), positions = n * p * q, cut into slices of `slice_chunks`
+// chunks of kChunk.
+struct Geometry {
+  int h, w, c, k, sh, sw, ph, pw, dh, dw;
+  int positions, slice_chunks;
+  at::cuda::detail::IntDivider<unsigned> plane, cols;  // by p * q and by q
+};
+
+// Block (slice, row + 3 * channel block, output channel block): the
+// gradient of window row `row` (taps 3 row .. 3 row + 2) for 64 input
+// channels and KB output channels over one slice of the output positions,
+// written to plane `slice` of partial (slices, k, 3, 3, c) in float32.
+//
+// The GEMM is D (192 rows, KB columns) = A (rows x positions) * B
+// (positions x KB): a row is a (tap, input channel) pair, a column an output
+// channel. Each stage brings kChunk positions into shared memory with
+// cp.async, kStages deep: for each of the row's 3 taps the input vector its
+// window reads there (zeros in the padding and past the slice's end), and
+// grad_output's; both are stored position-major, and ldmatrix.trans turns
+// them into mma's A and B fragments. Warp w takes rows 48 (w % 4) onwards
+// (three 16-row tiles, each within one tap) and columns KB / 2 (w / 4)
+// onwards (KB / 16 8-column tiles): per 16-position step 3 A and KB / 32 B
+// loads feed 3 KB / 16 mma. Each warp sums its own tile over all the slice's positions, so the
+// result repeats bit for bit.
+template <typename T, int KB>
+__global__ void __launch_bounds__(kThreads, Tile<KB>::kMinBlocks)
+    dense_mma_grad_weight_kernel(const T* __restrict__ gout, const T* __restrict__ in,
+                                 float* __restrict__ partial, Geometry g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();
+#else
+  using S = Tile<KB>;
+  constexpr int kSteps = kChunk / 16, kColumnTiles = S::kColumnTiles;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  T* shared = reinterpret_cast<T*>(shared_raw);
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warp_row = warp % 4, warp_col = warp / 4;
+  const int row = int(blockIdx.y) % kRowTaps;
+  const int c_base = int(blockIdx.y) / kRowTaps * kBlockC, k_base = int(blockIdx.z) * KB;
+  const int first = blockIdx.x * g.slice_chunks * kChunk;
+  const int end = min(first + g.slice_chunks * kChunk, g.positions);
+  const int chunks = (end - first + kChunk - 1) / kChunk;
+
+  // Stage `stage` <- chunk `chunk`: thread i takes (position, vector) items
+  // i and i + kThreads (64 positions x 8 vectors of 8 channels); each item
+  // 3 input vectors and KB / 64 grad_output ones.
+  const auto load = [&](int chunk, int stage) {
+    T* xs = shared + stage * S::kStageElements;
+    T* gs = xs + kInputElements;
+    const int base = first + chunk * kChunk;
+#pragma unroll
+    for (int item = threadIdx.x; item < kChunk * 8; item += kThreads) {
+      const int p = item / 8, v = item % 8;
+      const int m = base + p;
+      const bool ok = m < end;
+      const auto image = g.plane.divmod(unsigned(ok ? m : 0));
+      const auto yx = g.cols.divmod(image.mod);
+#pragma unroll
+      for (int half = 0; half < KB / 64; ++half) {
+        const int k = k_base + half * 64 + v * 8;
+        const T* gsrc = ok ? gout + (int64_t(m) * g.k + k) : gout;
+        copy_async_16(shared_address(gs + p * S::kPitchK + half * 64 + v * 8), gsrc, ok ? 16 : 0);
+      }
+      const int iy = int(yx.div) * g.sh - g.ph + row * g.dh, ix0 = int(yx.mod) * g.sw - g.pw;
+      const bool row_inside = ok && unsigned(iy) < unsigned(g.h);
+      const int64_t row_base = (int64_t(image.div) * g.h + iy) * g.w;
+#pragma unroll
+      for (int t = 0; t < kRowTaps; ++t) {
+        const int ix = ix0 + t * g.dw;
+        const bool inside = row_inside && unsigned(ix) < unsigned(g.w);
+        const T* src = inside ? in + ((row_base + ix) * g.c + c_base + v * 8) : in;
+        copy_async_16_cached(shared_address(xs + (t * kChunk + p) * kPitch + v * 8), src, inside ? 16 : 0);
+      }
+    }
+  };
+
+  float acc[3][kColumnTiles][4] = {};
+#pragma unroll
+  for (int stage = 0; stage < kStages - 1; ++stage) {
+    if (stage < chunks) load(stage, stage);
+    copy_async_commit();
+  }
+  const int i8 = lane >> 3, r8 = lane & 7;  // the matrix and row this lane addresses
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    if (chunk + kStages - 1 < chunks) load(chunk + kStages - 1, (chunk + kStages - 1) % kStages);
+    copy_async_commit();
+    copy_async_wait<kStages - 1>();
+    __syncthreads();
+    const T* xs = shared + (chunk % kStages) * S::kStageElements;
+    const T* gs = xs + kInputElements;
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step) {
+      const int k0 = step * 16;
+      // Columns KB / 2 warp_col + 16 j onwards: b[2 j] and b[2 j + 1] the
+      // two 8-column tiles' fragments.
+      uint32_t b[kColumnTiles][2];
+#pragma unroll
+      for (int j = 0; j < kColumnTiles / 2; ++j) {
+        uint32_t m[4];
+        load_matrix_x4_trans(m, shared_address(gs + (k0 + r8 + 8 * (i8 & 1)) * S::kPitchK + warp_col * (KB / 2) +
+                                               j * 16 + 8 * (i8 >> 1)));
+        b[2 * j][0] = m[0], b[2 * j][1] = m[1], b[2 * j + 1][0] = m[2], b[2 * j + 1][1] = m[3];
+      }
+#pragma unroll
+      for (int i = 0; i < 3; ++i) {
+        const int r = warp_row * 48 + i * 16, tap = r / kBlockC, c0 = r % kBlockC;
+        uint32_t a[4];
+        load_matrix_x4_trans(a, shared_address(xs + (tap * kChunk + k0 + r8 + 8 * (i8 >> 1)) * kPitch + c0 +
+                                               8 * (i8 & 1)));
+#pragma unroll
+        for (int n = 0; n < kColumnTiles; ++n) mma_16x8<T>(acc[i][n], a, b[n]);
+      }
+    }
+    __syncthreads();
+  }
+  copy_async_wait_all();
+
+  // Lane l holds rows l / 4 and + 8 of each 16-row tile, output channels
+  // 2 (l % 4) and + 1 of each 8-column tile.
+  float* plane = partial + int64_t(blockIdx.x) * g.k * kPlaneTaps * g.c;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    const int r = warp_row * 48 + i * 16;
+    const int tap = row * kRowTaps + r / kBlockC, c = c_base + r % kBlockC + (lane >> 2);
+#pragma unroll
+    for (int n = 0; n < kColumnTiles; ++n) {
+      const int k = k_base + warp_col * (KB / 2) + n * 8 + 2 * (lane & 3);
+      float* o = plane + (int64_t(k) * kPlaneTaps + tap) * g.c + c;
+      const int64_t next_k = int64_t(kPlaneTaps) * g.c;
+      o[0] = acc[i][n][0];
+      o[next_k] = acc[i][n][1];
+      o[8] = acc[i][n][2];
+      o[next_k + 8] = acc[i][n][3];
+    }
+  }
+#endif
+}
+
+template <typename T, int KB>
+const KernelFit& fit_on(int device) {
+  static CachedKernelFit fit(reinterpret_cast<const void*>(&dense_mma_grad_weight_kernel<T, KB>),
+                             KernelNeeds{80, kThreads, size_t(Tile<KB>::kSharedBytes)});
+  return fit.on(device);
+}
+
+// Ungrouped batched CUDA layers with a 3x3 window, 64k input and output
+// channels, float16 or bfloat16, positions and element offsets up to the
+// channel within ints, on a device of compute capability 8.0 or newer.
+bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  if (!input.is_cuda() || !s.in.batched || s.groups != 1) return false;
+  if (s.in.c % kBlockC != 0 || s.k % 64 != 0 || s.in.c > 4096 || s.k > 4096) return false;
+  if (input.scalar_type() != at::kHalf && input.scalar_type() != at::kBFloat16) return false;
+  const Window2d& w = s.win;
+  if (w.kh != 3 || w.kw != 3) return false;
+  constexpr int64_t kLimit = (int64_t{1} << 30);
+  for (int64_t v : {s.in.n * s.oh * s.ow, s.in.n * (s.in.h + w.sh), s.in.h + w.ph + 2 * w.dh + w.sh,
+                    s.in.w + w.pw + 2 * w.dw + w.sw, s.oh * w.sh + 2 * w.dh, s.ow * w.sw + 2 * w.dw}) {
+    if (v > kLimit) return false;
+  }
+  return at::cuda::getDeviceProperties(input.get_device())->major >= 8;
+}
+
+// f(T{}, Int<KB>{}) for the call's dtype and output-channel block.
+template <int V>
+using Int = std::integral_constant<int, V>;
+
+template <typename F>
+auto dispatch(at::ScalarType dtype, int kb, F&& f) {
+  const auto on = [&](auto tag) { return kb == 128 ? f(tag, Int<128>{}) : f(tag, Int<64>{}); };
+  return dtype == at::kHalf ? on(c10::Half{}) : on(c10::BFloat16{});
+}
+
+}  // namespace
+
+std::optional<at::Tensor> dense_mma_conv2d_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
+                                                       const at::Tensor& weight, const Conv2dShape<int64_t>& s) {
+  if (grad_output.dim() != 4 || !takes(input, s)) return std::nullopt;
+  const int device = input.get_device();
+  const int kb = s.k % 128 == 0 ? 128 : 64;
+  const KernelFit fit = dispatch(input.scalar_type(), kb, [&](auto tag, auto block) {
+    return fit_on<decltype(tag), decltype(block)::value>(device);
+  });
+  if (!fit) return std::nullopt;
+  const c10::cuda::CUDAGuard guard(input.device());
+  const at::MemoryFormat format = conv2d_output_format(input, weight);
+  const at::Tensor go = grad_output.contiguous(kChannelsLast);
+  const at::Tensor x = input.contiguous(kChannelsLast);
+  // 16-byte vectors of 8 channels.
+  if (reinterpret_cast<uintptr_t>(go.const_data_ptr()) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 16 != 0) {
+    return std::nullopt;
+  }
+  at::Tensor out = at::empty({s.k, s.in.c, 3, 3}, x.options().memory_format(format));
+  const int64_t positions = s.in.n * s.oh * s.ow;
+  if (positions == 0) return out.zero_();
+  // Slices: one wave of resident blocks in all, each slice at least 8
+  // chunks so that its planes cost less to write than its positions to
+  // read. The count depends on the shape and the device only, so that the
+  // sum's order, and the result, repeat.
+  const int64_t chunks = (positions + kChunk - 1) / kChunk;
+  const int64_t blocks_y = kRowTaps * (s.in.c / kBlockC), blocks_z = s.k / kb;
+  const int64_t want = std::max<int64_t>(1, fit.resident_blocks() / (blocks_y * blocks_z));
+  int64_t slices = std::max<int64_t>(1, std::min({want, (chunks + 7) / 8, int64_t(65535)}));
+  const int64_t slice_chunks = (chunks + slices - 1) / slices;
+  slices = (chunks + slice_chunks - 1) / slice_chunks;
+  const int64_t plane = s.k * kPlaneTaps * s.in.c;
+  at::Tensor partial = at::empty({slices, plane}, x.options().dtype(at::kFloat));
+  const Window2d& win = s.win;
+  const Geometry g{int(s.in.h), int(s.in.w), int(s.in.c), int(s.k), int(win.sh), int(win.sw), int(win.ph),
+                   int(win.pw), int(win.dh), int(win.dw), int(positions), int(slice_chunks),
+                   at::cuda::detail::IntDivider<unsigned>(unsigned(s.oh * s.ow)),
+                   at::cuda::detail::IntDivider<unsigned>(unsigned(s.ow))};
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  dispatch(x.scalar_type(), kb, [&](auto tag, auto block) {
+    using T = decltype(tag);
+    constexpr int KB = decltype(block)::value;
+    dense_mma_grad_weight_kernel<T, KB><<<dim3(unsigned(slices), unsigned(blocks_y), unsigned(blocks_z)),
+                                          kThreads, Tile<KB>::kSharedBytes, stream>>>(
+        go.const_data_ptr<T>(), x.const_data_ptr<T>(), partial.mutable_data_ptr<float>(), g);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const int threads = 256;
+    sum_planes_kernel<T><<<unsigned(blocks_for(plane, threads)), threads, 0, stream>>>(
+        partial.const_data_ptr<float>(), out.mutable_data_ptr<T>(), int(slices), plane, int(s.in.c),
+        format == kChannelsLast);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return out;
+}
+
+}  // namespace customconv
