@@ -91,36 +91,37 @@ __global__ void __launch_bounds__(kThreads, Tile<KB>::kMinBlocks)
   const int end = min(first + g.slice_chunks * kChunk, g.positions);
   const int chunks = (end - first + kChunk - 1) / kChunk;
 
-  // Stage `stage` <- chunk `chunk`: thread i takes (position, vector) items
-  // i and i + kThreads (64 positions x 8 vectors of 8 channels); each item
-  // 3 input vectors and KB / 64 grad_output ones.
+  // Stage `stage` <- chunk `chunk`: thread i loads position i / 4 of the
+  // chunk, channels 16 (i % 4) onwards of each 64 (two 16-byte vectors): for
+  // each of the row's 3 taps from the input, and KB / 64 times from
+  // grad_output. One position decode a chunk per thread.
+  static_assert(kThreads == 4 * kChunk, "a thread a quarter of a position");
+  const int lp = threadIdx.x >> 2, lq = threadIdx.x & 3;
+  const unsigned shared0 = shared_address(shared);
   const auto load = [&](int chunk, int stage) {
-    T* xs = shared + stage * S::kStageElements;
-    T* gs = xs + kInputElements;
-    const int base = first + chunk * kChunk;
+    const unsigned xs = shared0 + 2u * unsigned(stage * S::kStageElements + lp * kPitch + lq * 16);
+    const unsigned gs = xs + 2u * unsigned(kInputElements + lp * (S::kPitchK - kPitch));
+    const int m = first + chunk * kChunk + lp;
+    const bool ok = m < end;
+    const auto image = g.plane.divmod(unsigned(ok ? m : 0));
+    const auto yx = g.cols.divmod(image.mod);
+    const T* gsrc = gout + (int64_t(ok ? m : 0) * g.k + k_base + lq * 16);
 #pragma unroll
-    for (int item = threadIdx.x; item < kChunk * 8; item += kThreads) {
-      const int p = item / 8, v = item % 8;
-      const int m = base + p;
-      const bool ok = m < end;
-      const auto image = g.plane.divmod(unsigned(ok ? m : 0));
-      const auto yx = g.cols.divmod(image.mod);
+    for (int j = 0; j < KB / 32; ++j) {
+      const int off = (j / 2) * 64 + (j % 2) * 8;
+      copy_async_16(gs + 2u * off, gsrc + off, ok ? 16 : 0);
+    }
+    const int iy = int(yx.div) * g.sh - g.ph + row * g.dh, ix0 = int(yx.mod) * g.sw - g.pw;
+    const bool row_inside = ok && unsigned(iy) < unsigned(g.h);
+    const T* xrow = in + ((int64_t(image.div) * g.h + (row_inside ? iy : 0)) * g.w * g.c + c_base + lq * 16);
 #pragma unroll
-      for (int half = 0; half < KB / 64; ++half) {
-        const int k = k_base + half * 64 + v * 8;
-        const T* gsrc = ok ? gout + (int64_t(m) * g.k + k) : gout;
-        copy_async_16(shared_address(gs + p * S::kPitchK + half * 64 + v * 8), gsrc, ok ? 16 : 0);
-      }
-      const int iy = int(yx.div) * g.sh - g.ph + row * g.dh, ix0 = int(yx.mod) * g.sw - g.pw;
-      const bool row_inside = ok && unsigned(iy) < unsigned(g.h);
-      const int64_t row_base = (int64_t(image.div) * g.h + iy) * g.w;
-#pragma unroll
-      for (int t = 0; t < kRowTaps; ++t) {
-        const int ix = ix0 + t * g.dw;
-        const bool inside = row_inside && unsigned(ix) < unsigned(g.w);
-        const T* src = inside ? in + ((row_base + ix) * g.c + c_base + v * 8) : in;
-        copy_async_16_cached(shared_address(xs + (t * kChunk + p) * kPitch + v * 8), src, inside ? 16 : 0);
-      }
+    for (int t = 0; t < kRowTaps; ++t) {
+      const int ix = ix0 + t * g.dw;
+      const bool inside = row_inside && unsigned(ix) < unsigned(g.w);
+      const T* src = xrow + int64_t(inside ? ix : 0) * g.c;
+      const unsigned dst = xs + 2u * unsigned(t * kChunk * kPitch);
+      copy_async_16_cached(dst, src, inside ? 16 : 0);
+      copy_async_16_cached(dst + 16u, src + 8, inside ? 16 : 0);
     }
   };
 

@@ -7,6 +7,7 @@
 #include "ops/common/launch.h"
 #include "ops/common/relayout_cuda.h"
 #include "ops/conv2d/conv2d.h"
+#include "ops/conv2d/rotated_weight.h"
 #include "ops/conv2d/space_to_depth_cuda.h"
 
 #include <algorithm>
@@ -515,6 +516,33 @@ std::optional<at::Tensor> implicit_gemm_conv2d_fused(const at::Tensor& input, co
   return forward(input, weight, bias, s, &epilogue);
 }
 
+#ifdef CUSTOMCONV_WITH_SM90A
+// The stride-1 input gradient as the forward of grad_output (go, prepared
+// channels_last) with the rotated weight (rotated_weight.h), where that
+// forward runs a Hopper kernel (fprop_sm90, fprop_sm90_16bit) and the
+// sm80-style input gradient's tiles would be few. On an H100 (N=32, CUDA
+// graphs, us, input gradient / forward): ResNet-50's 512-channel 7x7 layer
+// 65 / 34 in float32 and 31.5 / 19.4 in float16, its 256-channel 14x14
+// layer 51 / 32 in float32. Rotating the weight with at::flip and
+// permuted copies took 26 us there; rotated_weight_cuda's one kernel takes
+// a few. nullopt where the route does not apply.
+std::optional<at::Tensor> grad_input_as_hopper_forward(const at::Tensor& go, const at::Tensor& input,
+                                                       const at::Tensor& weight, const Conv2dShape<int64_t>& s) {
+  const Window2d& win = s.win;
+  if (s.groups != 1 || !grad_input_as_forward(win) || !is_sm90(input.get_device())) return std::nullopt;
+  Conv2dShape<int64_t> t = s;  // the transposed problem: grad_output in, the input's gradient out
+  t.in.c = s.k, t.in.h = s.oh, t.in.w = s.ow;
+  t.k = s.in.c, t.oh = s.in.h, t.ow = s.in.w;
+  t.win.ph = win.dh * (win.kh - 1) - win.ph, t.win.pw = win.dw * (win.kw - 1) - win.pw;
+  implicit_gemm::ConvProblem pr = geometry(go, t);
+  set_input_strides(pr, go);
+  const bool hopper = input.scalar_type() == at::kFloat ? implicit_gemm::wgmma_fprop_plan(pr, 4).take
+                                                        : fprop_split_k(t, pr.device) > 1;
+  if (!hopper) return std::nullopt;
+  return fprop(go, rotated_weight_cuda(weight), std::nullopt, t);
+}
+#endif
+
 std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad_output,
                                                           const at::Tensor& input,
                                                           const at::Tensor& weight,
@@ -528,6 +556,9 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
   const auto go = prepare(grad_output, s, 0, relayout_nchw(s, /*forward=*/false), weight);
   if (!go) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
+#ifdef CUSTOMCONV_WITH_SM90A
+  if (auto gi = grad_input_as_hopper_forward(go->t, input, weight, s)) return in_format(*gi, input, weight);
+#endif
   const at::Tensor w = go->with.defined() ? go->with : to_memory_format(weight, kChannelsLast);
   if (!aligned16(w)) return std::nullopt;
   at::Tensor gi = empty_channels_last(input, s.in.n, s.in.c, s.in.h, s.in.w);
