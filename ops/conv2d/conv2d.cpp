@@ -6,6 +6,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace customconv {
 namespace {
 
@@ -279,6 +282,67 @@ at::Tensor conv2d_fused_impl(const Conv2dKernels& kernels, const at::Tensor& inp
   return out;
 }
 
+namespace {
+
+// The input gradient of a strided layer, groups 1, as one stride-1 forward
+// per stride phase (py, px) of the input positions: input row py + sh * a is
+// reached from output row a + (py + ph - dh * r) / sh through each tap r for
+// which that is a whole number, so the phase's gradient is the forward
+// correlation of grad_output with those taps (offsets evenly spaced: a
+// dilated window), the weight transposed (C <-> K); taps in order of
+// increasing offset, i.e. decreasing r. A phase no tap reaches is zero.
+at::Tensor grad_input_by_phases(const Conv2dKernels& kernels, const at::Tensor& grad_output,
+                                const at::Tensor& weight, const Conv2dShape<int64_t>& s) {
+  const Window2d& win = s.win;
+  at::Tensor gi = at::empty({s.in.n, s.in.c, s.in.h, s.in.w},
+                            grad_output.options().memory_format(grad_output.suggest_memory_format()));
+  // The taps of one axis that reach phase p, by decreasing index, and their
+  // offsets' first value and step.
+  struct Taps {
+    std::vector<int64_t> index;
+    int64_t first = 0, step = 1;
+  };
+  const auto taps = [](int64_t p, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
+    Taps t;
+    for (int64_t r = k - 1; r >= 0; --r) {
+      if ((p + pad - dil * r) % stride == 0) t.index.push_back(r);
+    }
+    if (!t.index.empty()) t.first = (p + pad - dil * t.index[0]) / stride;
+    if (t.index.size() > 1) t.step = (p + pad - dil * t.index[1]) / stride - t.first;
+    return t;
+  };
+  // Symmetric padding for a forward whose positions first .. first + len - 1
+  // (shifted by it) cover the phase's `len` rows: at least -first at the
+  // start, and enough at the end.
+  const auto padding = [](const Taps& t, int64_t len, int64_t out) {
+    return std::max({int64_t{0}, -t.first, len + t.first + t.step * (int64_t(t.index.size()) - 1) - out});
+  };
+  const auto index_tensor = [&](const std::vector<int64_t>& v) {
+    return at::tensor(v, weight.options().dtype(at::kLong));
+  };
+  for (int64_t py = 0; py < win.sh; ++py) {
+    for (int64_t px = 0; px < win.sw; ++px) {
+      const int64_t hs = (s.in.h - py + win.sh - 1) / win.sh, ws = (s.in.w - px + win.sw - 1) / win.sw;
+      if (hs <= 0 || ws <= 0) continue;
+      at::Tensor phase = gi.slice(2, py, s.in.h, win.sh).slice(3, px, s.in.w, win.sw);
+      const Taps ty = taps(py, win.kh, win.sh, win.ph, win.dh), tx = taps(px, win.kw, win.sw, win.pw, win.dw);
+      if (ty.index.empty() || tx.index.empty() || s.k == 0) {
+        phase.zero_();
+        continue;
+      }
+      const int64_t pad_y = padding(ty, hs, s.oh), pad_x = padding(tx, ws, s.ow);
+      const at::Tensor sub =
+          weight.index_select(2, index_tensor(ty.index)).index_select(3, index_tensor(tx.index)).transpose(0, 1);
+      const at::Tensor out = conv2d_impl(kernels, grad_output, sub, std::nullopt, {1, 1}, {pad_y, pad_x},
+                                         {ty.step, tx.step}, 1);
+      phase.copy_(out.narrow(2, ty.first + pad_y, hs).narrow(3, tx.first + pad_x, ws));
+    }
+  }
+  return gi;
+}
+
+}  // namespace
+
 at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor& grad_output,
                                   const at::Tensor& input_arg, const at::Tensor& weight_arg,
                                   c10::IntArrayRef stride, c10::IntArrayRef padding,
@@ -295,6 +359,9 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
                                                       weight_arg, stride, padding, dilation));
   }
   const Conv2dEngines& engines = kernels.engines;
+  if (engines.grad_input_by_phases != nullptr && engines.grad_input_by_phases(input_arg, s)) {
+    return in_format(grad_input_by_phases(kernels, grad_output, weight_arg, s));
+  }
   if (auto gi = engine_or_pointwise(
           engines.grad_input, engines.grad_input_before_pointwise, input_arg, s,
           pointwise_gemm_applies(format, s),

@@ -82,6 +82,10 @@ struct Conv2dEngines {
   // The same for `grad_input` and `grad_weight`.
   BeforePointwise grad_input_before_pointwise = nullptr;
   BeforePointwise grad_weight_before_pointwise = nullptr;
+  // Whether a strided layer's input gradient runs as one stride-1 forward
+  // per stride phase of the input (conv2d_grad_input_impl), before
+  // `grad_input`; null: never.
+  BeforePointwise grad_input_by_phases = nullptr;
 };
 
 inline bool always(const at::Tensor&, const Conv2dShape<int64_t>&) { return true; }
@@ -132,12 +136,19 @@ bool cpu_pointwise_grad_weight_direct(const at::Tensor& input, const Conv2dShape
 // forward (engines_cpu.cpp).
 bool cpu_pointwise_grad_input_direct(const at::Tensor& input, const Conv2dShape<int64_t>& s);
 
+// Whether the CPU's input gradient of a strided layer runs by stride phases,
+// each a forward on the direct kernels, before the channels_last GEMM route:
+// float32 channels_last 3x3 stride-2 layers of 64 or more channels each way
+// with at least 9 C output positions (engines_cpu.cpp).
+bool cpu_grad_input_by_phases(const at::Tensor& input, const Conv2dShape<int64_t>& s);
+
 inline Conv2dKernels cpu_conv2d_kernels() {
   return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels(),
           {&cpu_conv2d_engine, &cpu_conv2d_grad_input_engine, &cpu_conv2d_grad_weight_engine,
            &cpu_conv2d_fused_engine, /*forward_before_pointwise=*/&always,
            /*grad_input_before_pointwise=*/&cpu_pointwise_grad_input_direct,
-           /*grad_weight_before_pointwise=*/&cpu_pointwise_grad_weight_direct}};
+           /*grad_weight_before_pointwise=*/&cpu_pointwise_grad_weight_direct,
+           /*grad_input_by_phases=*/&cpu_grad_input_by_phases}};
 }
 // Whether conv2d_grad_input_impl can run the input gradient as the forward
 // convolution of grad_output with the rotated weight (stride 1, the rotated

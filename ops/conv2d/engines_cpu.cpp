@@ -82,6 +82,21 @@ bool cpu_pointwise_grad_input_direct(const at::Tensor& input, const Conv2dShape<
          s.in.c > 0 && s.k > 0 && (!pointwise_for_gemm(s) || few_channels_pointwise_grad_input(s));
 }
 
+// Where the phases' forwards on the direct kernels beat the channels_last
+// GEMM route: with at least as many output positions as the GEMM's columns
+// (9 C); below that the sub-weights' copies cost more than the GEMM's
+// columns. On the 2-core development machine (float32 channels_last, ms,
+// GEMM route -> phases): 64 channels at 112x112, N=4, 14.2 -> 5.9; 128 at
+// 56x56, N=4, 7.5 -> 5.6 (oneDNN 4.6), N=8 15.8 -> 11.7; 256 at 28x28, N=16,
+// 24.4 -> 20.9; and, left to the GEMM, 128 at 56x56, N=1, 1.7 -> 2.2, 256 at
+// 28x28, N=4, 5.7 -> 6.0, 512 at 14x14, N=8, 11.5 -> 13.7.
+bool cpu_grad_input_by_phases(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  const Window2d& w = s.win;
+  return input.scalar_type() == at::kFloat && s.in.batched && input.is_contiguous(at::MemoryFormat::ChannelsLast) &&
+         s.groups == 1 && w.kh == 3 && w.kw == 3 && w.sh == 2 && w.sw == 2 && w.dh == 1 && w.dw == 1 &&
+         s.in.c >= 64 && s.k >= 64 && s.in.n * s.oh * s.ow >= 9 * s.in.c;
+}
+
 std::optional<at::Tensor> cpu_conv2d_grad_input_engine(const at::Tensor& grad_output,
                                                        const at::Tensor& input,
                                                        const at::Tensor& weight,
