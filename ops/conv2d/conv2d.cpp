@@ -294,8 +294,9 @@ namespace {
 at::Tensor grad_input_by_phases(const Conv2dKernels& kernels, const at::Tensor& grad_output,
                                 const at::Tensor& weight, const Conv2dShape<int64_t>& s) {
   const Window2d& win = s.win;
-  at::Tensor gi = at::empty({s.in.n, s.in.c, s.in.h, s.in.w},
-                            grad_output.options().memory_format(grad_output.suggest_memory_format()));
+  at::Tensor gi =
+      at::empty({s.in.n, s.in.c, s.in.h, s.in.w},
+                grad_output.options().memory_format(grad_output.suggest_memory_format()));
   // The taps of one axis that reach phase p, by decreasing index, and their
   // offsets' first value and step.
   struct Taps {
@@ -315,26 +316,30 @@ at::Tensor grad_input_by_phases(const Conv2dKernels& kernels, const at::Tensor& 
   // (shifted by it) cover the phase's `len` rows: at least -first at the
   // start, and enough at the end.
   const auto padding = [](const Taps& t, int64_t len, int64_t out) {
-    return std::max({int64_t{0}, -t.first, len + t.first + t.step * (int64_t(t.index.size()) - 1) - out});
+    return std::max(
+        {int64_t{0}, -t.first, len + t.first + t.step * (int64_t(t.index.size()) - 1) - out});
   };
   const auto index_tensor = [&](const std::vector<int64_t>& v) {
     return at::tensor(v, weight.options().dtype(at::kLong));
   };
   for (int64_t py = 0; py < win.sh; ++py) {
     for (int64_t px = 0; px < win.sw; ++px) {
-      const int64_t hs = (s.in.h - py + win.sh - 1) / win.sh, ws = (s.in.w - px + win.sw - 1) / win.sw;
+      const int64_t hs = (s.in.h - py + win.sh - 1) / win.sh,
+                    ws = (s.in.w - px + win.sw - 1) / win.sw;
       if (hs <= 0 || ws <= 0) continue;
       at::Tensor phase = gi.slice(2, py, s.in.h, win.sh).slice(3, px, s.in.w, win.sw);
-      const Taps ty = taps(py, win.kh, win.sh, win.ph, win.dh), tx = taps(px, win.kw, win.sw, win.pw, win.dw);
+      const Taps ty = taps(py, win.kh, win.sh, win.ph, win.dh),
+                 tx = taps(px, win.kw, win.sw, win.pw, win.dw);
       if (ty.index.empty() || tx.index.empty() || s.k == 0) {
         phase.zero_();
         continue;
       }
       const int64_t pad_y = padding(ty, hs, s.oh), pad_x = padding(tx, ws, s.ow);
-      const at::Tensor sub =
-          weight.index_select(2, index_tensor(ty.index)).index_select(3, index_tensor(tx.index)).transpose(0, 1);
-      const at::Tensor out = conv2d_impl(kernels, grad_output, sub, std::nullopt, {1, 1}, {pad_y, pad_x},
-                                         {ty.step, tx.step}, 1);
+      const at::Tensor sub = weight.index_select(2, index_tensor(ty.index))
+                                 .index_select(3, index_tensor(tx.index))
+                                 .transpose(0, 1);
+      const at::Tensor out = conv2d_impl(kernels, grad_output, sub, std::nullopt, {1, 1},
+                                         {pad_y, pad_x}, {ty.step, tx.step}, 1);
       phase.copy_(out.narrow(2, ty.first + pad_y, hs).narrow(3, tx.first + pad_x, ws));
     }
   }

@@ -143,7 +143,10 @@ bool cpu_pointwise_grad_input_direct(const at::Tensor& input, const Conv2dShape<
 bool cpu_grad_input_by_phases(const at::Tensor& input, const Conv2dShape<int64_t>& s);
 
 inline Conv2dKernels cpu_conv2d_kernels() {
-  return {cpu_column_kernels(), &batched_gemm_cpu, &gemm_parallelism_cpu, cpu_depthwise_kernels(),
+  return {cpu_column_kernels(),
+          &batched_gemm_cpu,
+          &gemm_parallelism_cpu,
+          cpu_depthwise_kernels(),
           {&cpu_conv2d_engine, &cpu_conv2d_grad_input_engine, &cpu_conv2d_grad_weight_engine,
            &cpu_conv2d_fused_engine, /*forward_before_pointwise=*/&always,
            /*grad_input_before_pointwise=*/&cpu_pointwise_grad_input_direct,

@@ -23,7 +23,9 @@
 
 namespace customconv {
 
-std::optional<at::Tensor> dense_mma_conv2d_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
-                                                       const at::Tensor& weight, const Conv2dShape<int64_t>& s);
+std::optional<at::Tensor> dense_mma_conv2d_grad_weight(const at::Tensor& grad_output,
+                                                       const at::Tensor& input,
+                                                       const at::Tensor& weight,
+                                                       const Conv2dShape<int64_t>& s);
 
 }  // namespace customconv

@@ -113,7 +113,8 @@ __global__ void __launch_bounds__(kThreads, Tile<KB>::kMinBlocks)
     }
     const int iy = int(yx.div) * g.sh - g.ph + row * g.dh, ix0 = int(yx.mod) * g.sw - g.pw;
     const bool row_inside = ok && unsigned(iy) < unsigned(g.h);
-    const T* xrow = in + ((int64_t(image.div) * g.h + (row_inside ? iy : 0)) * g.w * g.c + c_base + lq * 16);
+    const T* xrow =
+        in + ((int64_t(image.div) * g.h + (row_inside ? iy : 0)) * g.w * g.c + c_base + lq * 16);
 #pragma unroll
     for (int t = 0; t < kRowTaps; ++t) {
       const int ix = ix0 + t * g.dw;
@@ -148,16 +149,17 @@ __global__ void __launch_bounds__(kThreads, Tile<KB>::kMinBlocks)
 #pragma unroll
       for (int j = 0; j < kColumnTiles / 2; ++j) {
         uint32_t m[4];
-        load_matrix_x4_trans(m, shared_address(gs + (k0 + r8 + 8 * (i8 & 1)) * S::kPitchK + warp_col * (KB / 2) +
-                                               j * 16 + 8 * (i8 >> 1)));
+        load_matrix_x4_trans(m, shared_address(gs + (k0 + r8 + 8 * (i8 & 1)) * S::kPitchK +
+                                               warp_col * (KB / 2) + j * 16 + 8 * (i8 >> 1)));
         b[2 * j][0] = m[0], b[2 * j][1] = m[1], b[2 * j + 1][0] = m[2], b[2 * j + 1][1] = m[3];
       }
 #pragma unroll
       for (int i = 0; i < 3; ++i) {
         const int r = warp_row * 48 + i * 16, tap = r / kBlockC, c0 = r % kBlockC;
         uint32_t a[4];
-        load_matrix_x4_trans(a, shared_address(xs + (tap * kChunk + k0 + r8 + 8 * (i8 >> 1)) * kPitch + c0 +
-                                               8 * (i8 & 1)));
+        load_matrix_x4_trans(
+            a, shared_address(xs + (tap * kChunk + k0 + r8 + 8 * (i8 >> 1)) * kPitch + c0 +
+                              8 * (i8 & 1)));
 #pragma unroll
         for (int n = 0; n < kColumnTiles; ++n) mma_16x8<T>(acc[i][n], a, b[n]);
       }
@@ -204,8 +206,9 @@ bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   const Window2d& w = s.win;
   if (w.kh != 3 || w.kw != 3) return false;
   constexpr int64_t kLimit = (int64_t{1} << 30);
-  for (int64_t v : {s.in.n * s.oh * s.ow, s.in.n * (s.in.h + w.sh), s.in.h + w.ph + 2 * w.dh + w.sh,
-                    s.in.w + w.pw + 2 * w.dw + w.sw, s.oh * w.sh + 2 * w.dh, s.ow * w.sw + 2 * w.dw}) {
+  for (int64_t v :
+       {s.in.n * s.oh * s.ow, s.in.n * (s.in.h + w.sh), s.in.h + w.ph + 2 * w.dh + w.sh,
+        s.in.w + w.pw + 2 * w.dw + w.sw, s.oh * w.sh + 2 * w.dh, s.ow * w.sw + 2 * w.dw}) {
     if (v > kLimit) return false;
   }
   return at::cuda::getDeviceProperties(input.get_device())->major >= 8;
@@ -223,8 +226,10 @@ auto dispatch(at::ScalarType dtype, int kb, F&& f) {
 
 }  // namespace
 
-std::optional<at::Tensor> dense_mma_conv2d_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
-                                                       const at::Tensor& weight, const Conv2dShape<int64_t>& s) {
+std::optional<at::Tensor> dense_mma_conv2d_grad_weight(const at::Tensor& grad_output,
+                                                       const at::Tensor& input,
+                                                       const at::Tensor& weight,
+                                                       const Conv2dShape<int64_t>& s) {
   if (grad_output.dim() != 4 || !takes(input, s)) return std::nullopt;
   const int device = input.get_device();
   const int kb = s.k % 128 == 0 ? 128 : 64;
@@ -257,17 +262,28 @@ std::optional<at::Tensor> dense_mma_conv2d_grad_weight(const at::Tensor& grad_ou
   const int64_t plane = s.k * kPlaneTaps * s.in.c;
   at::Tensor partial = at::empty({slices, plane}, x.options().dtype(at::kFloat));
   const Window2d& win = s.win;
-  const Geometry g{int(s.in.h), int(s.in.w), int(s.in.c), int(s.k), int(win.sh), int(win.sw), int(win.ph),
-                   int(win.pw), int(win.dh), int(win.dw), int(positions), int(slice_chunks),
+  const Geometry g{int(s.in.h),
+                   int(s.in.w),
+                   int(s.in.c),
+                   int(s.k),
+                   int(win.sh),
+                   int(win.sw),
+                   int(win.ph),
+                   int(win.pw),
+                   int(win.dh),
+                   int(win.dw),
+                   int(positions),
+                   int(slice_chunks),
                    at::cuda::detail::IntDivider<unsigned>(unsigned(s.oh * s.ow)),
                    at::cuda::detail::IntDivider<unsigned>(unsigned(s.ow))};
   const auto stream = at::cuda::getCurrentCUDAStream();
   dispatch(x.scalar_type(), kb, [&](auto tag, auto block) {
     using T = decltype(tag);
     constexpr int KB = decltype(block)::value;
-    dense_mma_grad_weight_kernel<T, KB><<<dim3(unsigned(slices), unsigned(blocks_y), unsigned(blocks_z)),
-                                          kThreads, Tile<KB>::kSharedBytes, stream>>>(
-        go.const_data_ptr<T>(), x.const_data_ptr<T>(), partial.mutable_data_ptr<float>(), g);
+    dense_mma_grad_weight_kernel<T, KB>
+        <<<dim3(unsigned(slices), unsigned(blocks_y), unsigned(blocks_z)), kThreads,
+           Tile<KB>::kSharedBytes, stream>>>(go.const_data_ptr<T>(), x.const_data_ptr<T>(),
+                                             partial.mutable_data_ptr<float>(), g);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     const int threads = 256;
     sum_planes_kernel<T><<<unsigned(blocks_for(plane, threads)), threads, 0, stream>>>(

@@ -92,9 +92,10 @@ bool cpu_pointwise_grad_input_direct(const at::Tensor& input, const Conv2dShape<
 // 28x28, N=4, 5.7 -> 6.0, 512 at 14x14, N=8, 11.5 -> 13.7.
 bool cpu_grad_input_by_phases(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   const Window2d& w = s.win;
-  return input.scalar_type() == at::kFloat && s.in.batched && input.is_contiguous(at::MemoryFormat::ChannelsLast) &&
-         s.groups == 1 && w.kh == 3 && w.kw == 3 && w.sh == 2 && w.sw == 2 && w.dh == 1 && w.dw == 1 &&
-         s.in.c >= 64 && s.k >= 64 && s.in.n * s.oh * s.ow >= 9 * s.in.c;
+  return input.scalar_type() == at::kFloat && s.in.batched &&
+         input.is_contiguous(at::MemoryFormat::ChannelsLast) && s.groups == 1 && w.kh == 3 &&
+         w.kw == 3 && w.sh == 2 && w.sw == 2 && w.dh == 1 && w.dw == 1 && s.in.c >= 64 &&
+         s.k >= 64 && s.in.n * s.oh * s.ow >= 9 * s.in.c;
 }
 
 std::optional<at::Tensor> cpu_conv2d_grad_input_engine(const at::Tensor& grad_output,

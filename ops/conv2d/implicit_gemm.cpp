@@ -526,18 +526,22 @@ std::optional<at::Tensor> implicit_gemm_conv2d_fused(const at::Tensor& input, co
 // layer 51 / 32 in float32. Rotating the weight with at::flip and
 // permuted copies took 26 us there; rotated_weight_cuda's one kernel takes
 // a few. nullopt where the route does not apply.
-std::optional<at::Tensor> grad_input_as_hopper_forward(const at::Tensor& go, const at::Tensor& input,
-                                                       const at::Tensor& weight, const Conv2dShape<int64_t>& s) {
+std::optional<at::Tensor> grad_input_as_hopper_forward(const at::Tensor& go,
+                                                       const at::Tensor& input,
+                                                       const at::Tensor& weight,
+                                                       const Conv2dShape<int64_t>& s) {
   const Window2d& win = s.win;
-  if (s.groups != 1 || !grad_input_as_forward(win) || !is_sm90(input.get_device())) return std::nullopt;
+  if (s.groups != 1 || !grad_input_as_forward(win) || !is_sm90(input.get_device()))
+    return std::nullopt;
   Conv2dShape<int64_t> t = s;  // the transposed problem: grad_output in, the input's gradient out
   t.in.c = s.k, t.in.h = s.oh, t.in.w = s.ow;
   t.k = s.in.c, t.oh = s.in.h, t.ow = s.in.w;
   t.win.ph = win.dh * (win.kh - 1) - win.ph, t.win.pw = win.dw * (win.kw - 1) - win.pw;
   implicit_gemm::ConvProblem pr = geometry(go, t);
   set_input_strides(pr, go);
-  const bool hopper = input.scalar_type() == at::kFloat ? implicit_gemm::wgmma_fprop_plan(pr, 4).take
-                                                        : fprop_split_k(t, pr.device) > 1;
+  const bool hopper = input.scalar_type() == at::kFloat
+                          ? implicit_gemm::wgmma_fprop_plan(pr, 4).take
+                          : fprop_split_k(t, pr.device) > 1;
   if (!hopper) return std::nullopt;
   return fprop(go, rotated_weight_cuda(weight), std::nullopt, t);
 }
@@ -557,7 +561,8 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
   if (!go) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
 #ifdef CUSTOMCONV_WITH_SM90A
-  if (auto gi = grad_input_as_hopper_forward(go->t, input, weight, s)) return in_format(*gi, input, weight);
+  if (auto gi = grad_input_as_hopper_forward(go->t, input, weight, s))
+    return in_format(*gi, input, weight);
 #endif
   const at::Tensor w = go->with.defined() ? go->with : to_memory_format(weight, kChannelsLast);
   if (!aligned16(w)) return std::nullopt;
@@ -572,7 +577,8 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
 
 bool implicit_gemm_wgrad_on_hopper(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
 #ifdef CUSTOMCONV_WITH_SM90A
-  return input.is_cuda() && s.groups == 1 && wgrad_tile(input, s, is_sm90(input.get_device())) == WgradTile::kSm90;
+  return input.is_cuda() && s.groups == 1 &&
+         wgrad_tile(input, s, is_sm90(input.get_device())) == WgradTile::kSm90;
 #else
   (void)input, (void)s;
   return false;

@@ -23,8 +23,9 @@ constexpr int kRows = 8;  // threads a block: kTile x kRows
 // channels_last), then writes out[c0 + y + 8 m][i][j][k0 + x] (along k:
 // coalesced), m = 0..3.
 template <typename T>
-__global__ void rotated_weight_kernel(const T* __restrict__ w, T* __restrict__ out, int k, int c, int kh, int kw,
-                                      int64_t sk, int64_t sc, int64_t sh, int64_t sw) {
+__global__ void rotated_weight_kernel(const T* __restrict__ w, T* __restrict__ out, int k, int c,
+                                      int kh, int kw, int64_t sk, int64_t sc, int64_t sh,
+                                      int64_t sw) {
   __shared__ T tile[kTile][kTile + 1];
   const int c0 = blockIdx.x * kTile, k0 = blockIdx.y * kTile, tap = blockIdx.z;
   const int i = tap / kw, j = tap % kw;
@@ -46,19 +47,24 @@ __global__ void rotated_weight_kernel(const T* __restrict__ w, T* __restrict__ o
 at::Tensor rotated_weight_cuda(const at::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 4 && weight.is_cuda(), "rotated_weight_cuda: a 4-D CUDA weight");
   const int64_t k = weight.size(0), c = weight.size(1), kh = weight.size(2), kw = weight.size(3);
-  at::Tensor out = at::empty({c, k, kh, kw}, weight.options().memory_format(at::MemoryFormat::ChannelsLast));
+  at::Tensor out =
+      at::empty({c, k, kh, kw}, weight.options().memory_format(at::MemoryFormat::ChannelsLast));
   if (out.numel() == 0) return out;
-  TORCH_CHECK((k + kTile - 1) / kTile <= 65535 && c < (int64_t(1) << 31) / kTile && kh * kw <= 65535,
-              "rotated_weight_cuda: weight too large");
+  TORCH_CHECK(
+      (k + kTile - 1) / kTile <= 65535 && c < (int64_t(1) << 31) / kTile && kh * kw <= 65535,
+      "rotated_weight_cuda: weight too large");
   const c10::cuda::CUDAGuard guard(weight.device());
-  const dim3 grid(unsigned((c + kTile - 1) / kTile), unsigned((k + kTile - 1) / kTile), unsigned(kh * kw));
+  const dim3 grid(unsigned((c + kTile - 1) / kTile), unsigned((k + kTile - 1) / kTile),
+                  unsigned(kh * kw));
   const dim3 block(kTile, kRows);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, weight.scalar_type(), "rotated_weight_cuda", [&] {
-    rotated_weight_kernel<scalar_t><<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(
-        weight.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), int(k), int(c), int(kh), int(kw),
-        weight.stride(0), weight.stride(1), weight.stride(2), weight.stride(3));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, weight.scalar_type(), "rotated_weight_cuda", [&] {
+        rotated_weight_kernel<scalar_t><<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(
+            weight.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), int(k), int(c),
+            int(kh), int(kw), weight.stride(0), weight.stride(1), weight.stride(2),
+            weight.stride(3));
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
   return out;
 }
 

@@ -15,8 +15,8 @@ constexpr int kPlaneTaps = 9;  // 3x3 windows
 // in slice order in float32 and rounded once. A thread per element,
 // grid-stride.
 template <typename T>
-__global__ void sum_planes_kernel(const float* __restrict__ partial, T* __restrict__ out, int slices,
-                                  int64_t plane, int cg, bool channels_last) {
+__global__ void sum_planes_kernel(const float* __restrict__ partial, T* __restrict__ out,
+                                  int slices, int64_t plane, int cg, bool channels_last) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < plane;
        i += int64_t(gridDim.x) * blockDim.x) {
     float sum = partial[i];
