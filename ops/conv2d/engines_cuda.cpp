@@ -210,9 +210,10 @@ std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_
   }
   // 16-bit 3x3 layers of 64k channels on tensor cores (dense_mma.h), but
   // where CUTLASS 3's Hopper kernel takes them: on an H100 (float16, N=32,
-  // us, in CUDA graphs) ResNet-50's 64- and 128-channel layers took 40 and
-  // 38 here against 67 and 44 on the sm80-style implicit GEMM, its 256- and
-  // 512-channel layers 41 and 51 against the Hopper kernel's 21 and 28.
+  // us, in CUDA graphs) ResNet-50's 64-channel layer took 38 here against 67
+  // on the sm80-style implicit GEMM, its 128-channel layers 34-35 against 44
+  // (cuDNN 26-28), its 256- and 512-channel layers 36 and 46 against the
+  // Hopper kernel's 21 and 28.
 #ifdef CUSTOMCONV_WITH_CUTLASS
   const bool on_hopper = implicit_gemm_wgrad_on_hopper(input, s);
 #else
