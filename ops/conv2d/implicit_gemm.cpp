@@ -545,6 +545,38 @@ std::optional<at::Tensor> grad_input_as_hopper_forward(const at::Tensor& go,
   if (!hopper) return std::nullopt;
   return fprop(go, rotated_weight_cuda(weight), std::nullopt, t);
 }
+
+// The strided input gradient by stride phases on the Hopper forward kernel
+// (implicit_gemm.h's dgrad_phases_sm90_*), one launch after the phases'
+// weight is written (phase_weight_cuda). On an H100 (N=32, CUDA graphs, us,
+// CUTLASS's strided dgrad -> this): ResNet-50's 512-channel stride-2 layer
+// 88.7 -> 52.4 in float32 (cuDNN 39.1), 41.7 -> 37.5 in float16 (24.4);
+// ResNeXt's 1024-channel stride-2 grouped layer (its dense block-diagonal
+// problem) in float32 245 -> 174. With 128 and 256 output channels the
+// one-tap phases' reductions are short and it measured slower (float16 256
+// channels 28.8 -> 43), so wgmma_dgrad_phases_take asks for 512. nullopt
+// where the route does not apply.
+std::optional<at::Tensor> grad_input_by_hopper_phases(const at::Tensor& go, const at::Tensor& input,
+                                                      const at::Tensor& weight,
+                                                      const Conv2dShape<int64_t>& s) {
+  if (!is_sm90(input.get_device()) || !go.is_contiguous(kChannelsLast)) return std::nullopt;
+  implicit_gemm::ConvProblem pr = geometry(input, s);
+  if (!implicit_gemm::wgmma_dgrad_phases_take(pr, int(input.element_size()))) return std::nullopt;
+  const implicit_gemm::StridePhases sp = implicit_gemm::stride_phases(
+      pr.h, pr.w, pr.c, pr.r, pr.s, pr.pad_h, pr.pad_w, pr.stride_h, pr.stride_w);
+  if (sp.phases.empty()) return std::nullopt;
+  const at::Tensor w = phase_weight_cuda(weight, sp.taps);
+  at::Tensor gi = empty_channels_last(input, s.in.n, s.in.c, s.in.h, s.in.w);
+  pr.input = gi.mutable_data_ptr();
+  pr.weight = const_cast<void*>(w.const_data_ptr());
+  pr.output = const_cast<void*>(go.const_data_ptr());
+  const bool launched = input.scalar_type() == at::kFloat ? implicit_gemm::dgrad_phases_sm90_f32(pr)
+                        : input.scalar_type() == at::kHalf
+                            ? implicit_gemm::dgrad_phases_sm90_f16(pr)
+                            : implicit_gemm::dgrad_phases_sm90_bf16(pr);
+  if (!launched) return std::nullopt;
+  return gi;
+}
 #endif
 
 std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad_output,
@@ -562,6 +594,8 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
   const c10::cuda::CUDAGuard guard(input.device());
 #ifdef CUSTOMCONV_WITH_SM90A
   if (auto gi = grad_input_as_hopper_forward(go->t, input, weight, s))
+    return in_format(*gi, input, weight);
+  if (auto gi = grad_input_by_hopper_phases(go->t, input, weight, s))
     return in_format(*gi, input, weight);
 #endif
   const at::Tensor w = go->with.defined() ? go->with : to_memory_format(weight, kChannelsLast);

@@ -29,6 +29,12 @@
 // channels), with the bias, residual and activation in float32, or as float32
 // partial sums when the reduction is split; meanwhile the producer is already
 // loading the next tile.
+//
+// A launch may hold up to kMaxPhases sub-problems (Phase, wgmma_plan.h) that
+// share the input, the weight's tensor map and the box: each its own output
+// extent, window, padding, first weight column and output addressing, its
+// tiles a range of the launch's. The strided input gradient runs its stride
+// phases so, each writing every stride-th input position (stride_phases).
 #pragma once
 
 #include <cuda.h>
@@ -62,18 +68,29 @@ __device__ __forceinline__ void mma_step(float (&d)[64], uint64_t a, uint64_t b,
 
 
 struct Args {
-  void* y;               // (n, p, q, k)
+  void* y;  // the output: phase f's (n, oh, ow, k) at f.y0 + n * f.sn + oh * f.sh + ow * f.sw + k
   const void* bias;      // k, or null
   const void* residual;  // like y, or null
   float* partial;        // split > 1: (split, n, p, q, k) float32 partial sums, written instead of y
-  int split;             // reduction slices, each a whole number of steps
-  int n, k, p, q;        // output
-  int r, s, c;           // window and input channels
-  int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
+  int split;             // reduction slices, each a whole number of steps (one phase only)
+  int n, k, c;           // images, output channels, input channels
+  int stride_h, stride_w, dilation_h, dilation_w;
   int bw, bh, bn;        // the box of output positions of a tile (bw * bh * bn <= kM)
-  int tw, th, tn;        // boxes along q, p and n
+  int phases;  // 1 to kMaxPhases sub-problems (wgmma_plan.h), sharing the box and the tensor maps
+  int tiles;   // of all phases, one slice
+  Phase ph[kMaxPhases];
   Activation activation;
 };
+
+// The phase of tile u (of one slice).
+__device__ __forceinline__ Phase phase_of(const Args& a, int u) {
+  Phase f = a.ph[0];
+#pragma unroll
+  for (int i = 1; i < kMaxPhases; ++i) {
+    if (i < a.phases && u >= a.ph[i].tiles_begin) f = a.ph[i];
+  }
+  return f;
+}
 
 template <typename T, int kM, int kN, int kStages>
 struct Tile {
@@ -131,23 +148,26 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
   __syncthreads();
 
   const int n_tiles = (a.k + kN - 1) / kN;
-  const int boxes = a.tw * a.th * a.tn;
-  const int tiles = n_tiles * boxes * a.split;
-  const int all_steps = a.r * a.s * a.c / Cfg::kStep;
+  const int tiles = a.tiles * a.split;
 
   if (tid >= Cfg::kConsumers) {  // the producer: one thread
     if (tid != Cfg::kConsumers) return;
     const uint32_t bytes = uint32_t(a.bw * a.bh * a.bn * kRowBytes + kN * kRowBytes);
     int it = 0;
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      const int nt = t % n_tiles, box = (t / n_tiles) % boxes, z = t / (n_tiles * boxes);
-      const int ow0 = (box % a.tw) * a.bw, oh0 = ((box / a.tw) % a.th) * a.bh, n0 = (box / (a.tw * a.th)) * a.bn;
-      const int w0 = ow0 * a.stride_w - a.pad_w, h0 = oh0 * a.stride_h - a.pad_h;
+      const int z = t / a.tiles, u = t - z * a.tiles;
+      const Phase f = phase_of(a, u);
+      const int nt = (u - f.tiles_begin) % n_tiles, box = (u - f.tiles_begin) / n_tiles;
+      const int ow0 = (box % f.tw) * a.bw, oh0 = ((box / f.tw) % f.th) * a.bh,
+                n0 = (box / (f.tw * f.th)) * a.bn;
+      const int w0 = ow0 * a.stride_w - f.pad_w, h0 = oh0 * a.stride_h - f.pad_h;
+      const int all_steps = f.r * f.s * a.c / Cfg::kStep;
       const int first = int(int64_t(all_steps) * z / a.split);
       const int last = int(int64_t(all_steps) * (z + 1) / a.split);
       int lc = (first * Cfg::kStep) % a.c;
       const int tap = (first * Cfg::kStep) / a.c;
-      int lr = tap / a.s, ls = tap - lr * a.s;
+      int lr = tap / f.s, ls = tap - lr * f.s;
+      const int w_col0 = f.tap0 * a.c;  // the phase's first weight column
       for (int step = first; step < last; ++step, ++it) {
         const int st = it % kStages;
         wgmma::barrier_wait(empty + 8u * st, ((it / kStages) & 1) ^ 1);
@@ -155,11 +175,11 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
         expect_bytes(bar, bytes);
         const uint32_t sa = base + uint32_t(st * Cfg::kStageBytes);
         load_4d(sa, &xmap, lc, w0 + ls * a.dilation_w, h0 + lr * a.dilation_h, n0, bar);
-        load_2d(sa + uint32_t(Cfg::kStageA), &wmap, step * Cfg::kStep, nt * kN, bar);
+        load_2d(sa + uint32_t(Cfg::kStageA), &wmap, w_col0 + step * Cfg::kStep, nt * kN, bar);
         lc += Cfg::kStep;
         if (lc == a.c) {
           lc = 0;
-          if (++ls == a.s) ls = 0, ++lr;
+          if (++ls == f.s) ls = 0, ++lr;
         }
       }
     }
@@ -171,12 +191,14 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
   const T* bias = static_cast<const T*>(a.bias);
   const T* residual = static_cast<const T*>(a.residual);
   T* y = static_cast<T*>(a.y);
-  const int positions = a.n * a.p * a.q;
   const int box_rows = a.bw * a.bh * a.bn;
   int it = 0;
   float acc[Cfg::kRegs];
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const int nt = t % n_tiles, box = (t / n_tiles) % boxes, z = t / (n_tiles * boxes);
+    const int z = t / a.tiles, u = t - z * a.tiles;
+    const Phase f = phase_of(a, u);
+    const int nt = (u - f.tiles_begin) % n_tiles, box = (u - f.tiles_begin) / n_tiles;
+    const int all_steps = f.r * f.s * a.c / Cfg::kStep;
     const int first = int(int64_t(all_steps) * z / a.split);
     const int last = int(int64_t(all_steps) * (z + 1) / a.split);
 #pragma unroll
@@ -202,15 +224,19 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
     wgmma::fence_operands(acc);
     if (last > first && lane == 0) wgmma::barrier_arrive(empty + 8u * ((it + kStages - 1) % kStages));
 
-    const int ow0 = (box % a.tw) * a.bw, oh0 = ((box / a.tw) % a.th) * a.bh, n0 = (box / (a.tw * a.th)) * a.bn;
+    const int ow0 = (box % f.tw) * a.bw, oh0 = ((box / f.tw) % f.th) * a.bh,
+              n0 = (box / (f.tw * f.th)) * a.bn;
     int offs[2];  // the thread's two rows' output offsets (-1: outside)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = group * 64 + warp * 16 + (lane >> 2) + 8 * h;
       const int bw_i = row % a.bw, bh_i = (row / a.bw) % a.bh, bn_i = row / (a.bw * a.bh);
       const int ow = ow0 + bw_i, oh = oh0 + bh_i, nn = n0 + bn_i;
-      offs[h] = row < box_rows && ow < a.q && oh < a.p && nn < a.n ? ((nn * a.p + oh) * a.q + ow) * a.k : -1;
+      offs[h] = row < box_rows && ow < f.q && oh < f.p && nn < a.n
+                    ? f.y0 + nn * f.sn + oh * f.sh + ow * f.sw
+                    : -1;
     }
+    const int positions = a.n * f.p * f.q;  // (split > 1: one phase, packed)
     const int col0 = nt * kN + 2 * (lane & 3);
 #pragma unroll
     for (int j = 0; j < kN / 8; ++j) {

@@ -16,39 +16,83 @@
 
 namespace customconv::implicit_gemm {
 
+// Launches the kernel on `a` (its box and phases set) over the input x (n,
+// h, w, c NHWC) and the weight w ((k, taps * c)); false (nothing launched)
+// where the device cannot run it or the driver refuses the tensor maps.
+template <typename T>
+bool launch_wgmma(wgmma_fprop::Args& a, const void* x, const void* w, int h, int wd, int taps,
+                  int device, void* stream) {
+  constexpr int kM = 128, kN = 128, kStages = 4;
+  using Cfg = wgmma_fprop::Tile<T, kM, kN, kStages>;
+  const auto kernel = &wgmma_fprop::fprop_tma_kernel<T, kM, kN, kStages>;
+  static CachedKernelFit fit(reinterpret_cast<const void*>(kernel),
+                             KernelNeeds{90, Cfg::kThreads, size_t(Cfg::kSmemBytes)});
+  if (!fit.on(device)) return false;
+  const int n_tiles = (a.k + kN - 1) / kN;
+  int tiles = 0;
+  for (int i = 0; i < a.phases; ++i) {
+    Phase& f = a.ph[i];
+    f.tw = (f.q + a.bw - 1) / a.bw, f.th = (f.p + a.bh - 1) / a.bh, f.tn = (a.n + a.bn - 1) / a.bn;
+    f.tiles_begin = tiles;
+    tiles += f.tw * f.th * f.tn * n_tiles;
+  }
+  a.tiles = tiles;
+  CUtensorMap xmap, wmap;
+  if (!wgmma_fprop::make_maps<T, kN>(&xmap, &wmap, x, w, a.n, h, wd, a.c, a.k, taps, a))
+    return false;
+  const int64_t all = int64_t(tiles) * a.split;
+  const unsigned blocks = unsigned(std::min<int64_t>(all, fit.on(device).resident_blocks()));
+  kernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(xmap, wmap,
+                                                                                        a);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
 // T: float (TF32; the kernel is written for __half and __nv_bfloat16 too,
 // which were timed but are not routed here: bench/NOTES.md). False (nothing launched) where
 // the plan declines the problem, the device cannot run the kernel or the
 // driver refuses the tensor maps.
 template <typename T>
 bool fprop_wgmma(const ConvProblem& pr) {
-  constexpr int kM = 128, kN = 128, kStages = 4;
-  using Cfg = wgmma_fprop::Tile<T, kM, kN, kStages>;
   const WgmmaPlan plan = wgmma_fprop_plan(pr, int(sizeof(T)));
-  if (!plan.take || pr.split_k != plan.split || (pr.split_k > 1 && pr.workspace == nullptr)) return false;
-  const auto kernel = &wgmma_fprop::fprop_tma_kernel<T, kM, kN, kStages>;
-  static CachedKernelFit fit(reinterpret_cast<const void*>(kernel),
-                             KernelNeeds{90, Cfg::kThreads, size_t(Cfg::kSmemBytes)});
-  if (!fit.on(pr.device)) return false;
+  if (!plan.take || pr.split_k != plan.split || (pr.split_k > 1 && pr.workspace == nullptr))
+    return false;
   wgmma_fprop::Args a{};
   a.y = pr.output, a.bias = pr.bias, a.residual = pr.residual, a.activation = pr.activation;
   a.partial = static_cast<float*>(pr.workspace), a.split = pr.split_k;
-  a.n = pr.n, a.k = pr.k, a.p = pr.p, a.q = pr.q, a.r = pr.r, a.s = pr.s, a.c = pr.c;
-  a.pad_h = pr.pad_h, a.pad_w = pr.pad_w, a.stride_h = pr.stride_h, a.stride_w = pr.stride_w;
+  a.n = pr.n, a.k = pr.k, a.c = pr.c;
+  a.stride_h = pr.stride_h, a.stride_w = pr.stride_w;
   a.dilation_h = pr.dilation_h, a.dilation_w = pr.dilation_w;
-  const Box& box = plan.box;
-  a.bw = box.bw, a.bh = box.bh, a.bn = box.bn, a.tw = box.tw, a.th = box.th, a.tn = box.tn;
-  CUtensorMap xmap, wmap;
-  if (!wgmma_fprop::make_maps<T, kN>(&xmap, &wmap, pr.input, pr.weight, pr.n, pr.h, pr.w, pr.c, pr.k,
-                                     pr.r * pr.s, a)) {
+  a.bw = plan.box.bw, a.bh = plan.box.bh, a.bn = plan.box.bn;
+  a.phases = 1;
+  Phase& f = a.ph[0];
+  f.p = pr.p, f.q = pr.q, f.r = pr.r, f.s = pr.s, f.pad_h = pr.pad_h, f.pad_w = pr.pad_w;
+  f.sw = pr.k, f.sh = pr.q * pr.k, f.sn = pr.p * pr.q * pr.k;
+  if (!launch_wgmma<T>(a, pr.input, pr.weight, pr.h, pr.w, pr.r * pr.s, pr.device, pr.stream))
     return false;
-  }
-  const int64_t tiles = box.tiles() * ((pr.k + kN - 1) / kN) * pr.split_k;
-  const unsigned blocks = unsigned(std::min<int64_t>(tiles, fit.on(pr.device).resident_blocks()));
-  kernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(pr.stream)>>>(xmap, wmap, a);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (pr.split_k > 1) launch_sum_slices<T>(pr);
   return true;
+}
+
+// The strided input gradient by stride phases (implicit_gemm.h's
+// dgrad_phases_sm90_*): pr as for dgrad, its weight the phases' weight. One
+// launch for all phases, no split.
+template <typename T>
+bool dgrad_phases_wgmma(const ConvProblem& pr) {
+  if (!wgmma_dgrad_phases_take(pr, int(sizeof(T)))) return false;
+  const StridePhases sp =
+      stride_phases(pr.h, pr.w, pr.c, pr.r, pr.s, pr.pad_h, pr.pad_w, pr.stride_h, pr.stride_w);
+  wgmma_fprop::Args a{};
+  a.y = pr.input, a.activation = Activation::kIdentity, a.split = 1;
+  a.n = pr.n, a.k = pr.c, a.c = pr.k;  // the forward of grad_output: K in, C out
+  a.stride_h = a.stride_w = a.dilation_h = a.dilation_w = 1;
+  // One box for all phases: the first rows' phase has the most.
+  const Box box = choose_box(pr.n, (pr.h + pr.stride_h - 1) / pr.stride_h,
+                             (pr.w + pr.stride_w - 1) / pr.stride_w, 1, 1, 128);
+  a.bw = box.bw, a.bh = box.bh, a.bn = box.bn;
+  a.phases = int(sp.phases.size());
+  for (int i = 0; i < a.phases; ++i) a.ph[i] = sp.phases[i];
+  return launch_wgmma<T>(a, pr.output, pr.weight, pr.p, pr.q, pr.r * pr.s, pr.device, pr.stream);
 }
 
 }  // namespace customconv::implicit_gemm

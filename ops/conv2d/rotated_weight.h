@@ -9,8 +9,18 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 namespace customconv {
 
 at::Tensor rotated_weight_cuda(const at::Tensor& weight);
+
+// The same transposition with the taps in a given order: for a weight (K, C,
+// kh, kw), the (C, taps.size(), K) tensor whose slot t holds the layer's tap
+// taps[t] (= i * kw + j),
+//   out[c][t][k] = weight[k][c][i][j],
+// as the strided input gradient's phases read it (implicit_gemm.h's
+// dgrad_phases_sm90_*). At most 64 slots; one kernel.
+at::Tensor phase_weight_cuda(const at::Tensor& weight, const std::vector<int>& taps);
 
 }  // namespace customconv

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace customconv::implicit_gemm {
 
@@ -48,6 +50,85 @@ inline Box choose_box(int n, int p, int q, int stride_h, int stride_w, int rows)
     }
   }
   return best;
+}
+
+// One sub-problem of a launch of the Hopper forward: its output positions
+// (p x q per image; offset y0 + n * sn + oh * sh + ow * sw in the output, in
+// elements), its window (r x s taps, padding) and where its taps start in the
+// weight's columns (tap0: (K, taps * C) as the kernel reads it), and its boxes
+// (tw x th x tn of the launch's box). A plain forward is one phase; the
+// strided input gradient is one per stride phase (stride_phases below). Its
+// tiles are tiles_begin .. the next phase's, output-channel tile fastest.
+struct Phase {
+  int tiles_begin = 0;
+  int p = 0, q = 0, r = 0, s = 0, pad_h = 0, pad_w = 0, tap0 = 0;
+  int tw = 1, th = 1, tn = 1;
+  int y0 = 0, sn = 0, sh = 0, sw = 0;
+};
+constexpr int kMaxPhases = 4;
+
+// The input gradient of a strided layer (groups 1, dilation 1, every window
+// side at least its stride) as sh * sw stride-1 forwards of grad_output, one
+// per stride phase (py, px) of the input: input row py + sh * a is reached
+// through tap r from output row a + (py + pad_h - r) / sh, for the taps r
+// congruent to py + pad_h modulo sh (a window of consecutive offsets, since
+// r falls by sh where the offset grows by one). A phase's forward: p = its
+// input rows, padding -(the first offset), taps by decreasing r, the weight
+// transposed (C <-> K), written to the input positions of its phase. Phases
+// by decreasing taps (the longest tiles first); `taps` lists, per slot of
+// the phases' weight (the phases' taps in their order), the layer's tap
+// r * kw + s it reads. Empty where a phase would have no taps or no rows.
+struct StridePhases {
+  std::vector<Phase> phases;
+  std::vector<int> taps;
+};
+inline StridePhases stride_phases(int h, int w, int c, int kh, int kw, int pad_h, int pad_w,
+                                  int stride_h, int stride_w) {
+  StridePhases out;
+  if (kh < stride_h || kw < stride_w || h < stride_h || w < stride_w ||
+      stride_h * stride_w > kMaxPhases) {
+    return out;
+  }
+  // The taps of one axis reaching phase p, by decreasing index, and the first offset.
+  const auto axis = [](int p, int k, int stride, int pad, std::vector<int>& taps) {
+    taps.clear();
+    for (int r = k - 1; r >= 0; --r) {
+      if ((p + pad - r) % stride == 0) taps.push_back(r);
+    }
+    return (p + pad - taps[0]) / stride;
+  };
+  struct Entry {
+    Phase f;
+    std::vector<int> ty, tx;
+  };
+  std::vector<Entry> entries;
+  for (int py = 0; py < stride_h; ++py) {
+    for (int px = 0; px < stride_w; ++px) {
+      Entry e;
+      const int first_y = axis(py, kh, stride_h, pad_h, e.ty),
+                first_x = axis(px, kw, stride_w, pad_w, e.tx);
+      Phase& f = e.f;
+      f.p = (h - py + stride_h - 1) / stride_h, f.q = (w - px + stride_w - 1) / stride_w;
+      f.r = int(e.ty.size()), f.s = int(e.tx.size());
+      f.pad_h = -first_y, f.pad_w = -first_x;
+      f.y0 = (py * w + px) * c, f.sn = h * w * c, f.sh = stride_h * w * c, f.sw = stride_w * c;
+      entries.push_back(e);
+    }
+  }
+  for (size_t i = 1; i < entries.size(); ++i) {  // stable, by decreasing taps
+    for (size_t j = i;
+         j > 0 && entries[j].f.r * entries[j].f.s > entries[j - 1].f.r * entries[j - 1].f.s; --j) {
+      std::swap(entries[j], entries[j - 1]);
+    }
+  }
+  for (Entry& e : entries) {
+    e.f.tap0 = int(out.taps.size());
+    for (int ry : e.ty) {
+      for (int rx : e.tx) out.taps.push_back(ry * kw + rx);
+    }
+    out.phases.push_back(e.f);
+  }
+  return out;
 }
 
 }  // namespace customconv::implicit_gemm

@@ -20,7 +20,7 @@ pytestmark = [cuda, pytest.mark.skipif(not torch.cuda.is_available() or torch.cu
 # The bound of an error against the products' magnitudes: TF32's and the
 # 16-bit types' operands rounded, float32 sums, the result rounded once.
 TOL = {torch.float32: 2.0**-8, torch.float16: 2.0**-8, torch.bfloat16: 2.0**-6}
-KERNEL = "rotated_weight_kernel"
+KERNEL = "transposed_taps_kernel"
 
 
 def grad_input_and_route(go, x, w, padding, dilation):
