@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import cuda, make_tensor, ops
+from testlib import capture_and_replay, cuda, make_tensor, ops
 
 pytestmark = cuda
 
@@ -129,21 +129,10 @@ def test_backward_in_a_cuda_graph_on_a_side_stream(gen):
 
     def step():
         out = ops.conv2d(x, w, None, *args)
-        return torch.autograd.grad(out, w, go)[0]
+        return (torch.autograd.grad(out, w, go)[0],)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            got = step()
-    torch.cuda.current_stream().wait_stream(stream)
-    with torch.no_grad():
-        x.copy_(make_tensor(x.shape, torch.float16, "cuda", "channels_last", gen))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(got, step())
+    (got,), _graph = capture_and_replay(step, [x.detach()], gen)
+    assert torch.equal(got, step()[0])
     check(got, go, x.detach(), w.detach(), args, torch.float16, "graph")
 
 

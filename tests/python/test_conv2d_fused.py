@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import DEVICE_DTYPES, DEVICES, cuda, f64, make_tensor, ops, sync, tolerance_factor
+from testlib import DEVICE_DTYPES, DEVICES, capture_and_replay, cuda, f64, make_tensor, ops, sync, tolerance_factor
 
 ACTIVATIONS = ("identity", "relu", "relu6", "silu", "hardswish", "gelu", "sigmoid")
 
@@ -219,17 +219,7 @@ def test_conv2d_fused_captures_in_a_cuda_graph(gen):
     call = lambda: ops.conv2d_fused(x, wt, b, args["stride"], args["padding"],  # noqa: E731
                                     args["dilation"], args["groups"], "silu", r)
     expected = call()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        call()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = call()
-    x.copy_(torch.randn_like(x))
-    g.replay()
-    torch.cuda.synchronize()
+    (out,), _graph = capture_and_replay(lambda: (call(),), [x], gen)
     torch.testing.assert_close(out, call(), rtol=0, atol=0)
     assert not torch.equal(out, expected)
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import cuda, make_tensor, ops
+from testlib import capture_and_replay, cuda, make_tensor, ops
 
 pytestmark = [cuda, pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                                        reason="the Hopper forwards run on sm_90 devices only")]
@@ -128,19 +128,8 @@ def test_backward_in_a_cuda_graph(gen):
     go = make_tensor((4, 512, 7, 7), torch.float16, "cuda", "channels_last", gen)
 
     def step():
-        return torch.autograd.grad(ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1), x, go)[0]
+        return (torch.autograd.grad(ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1), x, go)[0],)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            got = step()
-    torch.cuda.current_stream().wait_stream(stream)
-    with torch.no_grad():
-        w.copy_(make_tensor(w.shape, torch.float16, "cuda", "channels_last", gen))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(got, step())
+    (got,), _graph = capture_and_replay(step, [w.detach()], gen)
+    assert torch.equal(got, step()[0])
     check(got, go, x.detach(), w.detach(), (1, 1), (1, 1), torch.float16, "graph")

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import ConvConfig, check_conv_case, conv2d_call, cuda, make_tensor, ops
+from testlib import ConvConfig, capture_and_replay, check_conv_case, conv2d_call, cuda, make_tensor, ops
 
 pytestmark = cuda
 
@@ -139,18 +139,7 @@ def test_grouped_runs_on_the_current_stream_and_in_a_cuda_graph(gen):
         out = conv()
         return (out.detach(),) + torch.autograd.grad(out, (x, w), go)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()  # warm-up outside the capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            results = step()
-    torch.cuda.current_stream().wait_stream(stream)
-    with torch.no_grad():
-        x.copy_(make_tensor(x.shape, torch.float16, "cuda", "channels_last", gen))
-    graph.replay()
-    torch.cuda.synchronize()
+    results, _graph = capture_and_replay(step, [x.detach()], gen)
     want = step()
     for got, ref in zip(results, want):
         torch.testing.assert_close(got, ref, rtol=0, atol=0)

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import (ConvConfig, check_conv_case, conv2d_call, cuda, kernels_launched, make_tensor,
+from testlib import (ConvConfig, capture_and_replay, check_conv_case, conv2d_call, cuda, kernels_launched, make_tensor,
                      ops)
 
 pytestmark = cuda
@@ -257,17 +257,7 @@ def test_implicit_gemm_runs_on_the_current_stream_and_in_a_cuda_graph(gen):
     w = make_tensor((40, 32, 3, 3), torch.float16, "cuda", "channels_last", gen)
     b = make_tensor((40,), torch.float16, "cuda", gen=gen)
     want = ops.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 1)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        ops.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 1)  # warm-up outside the capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            out = ops.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 1)
-    torch.cuda.current_stream().wait_stream(stream)
-    x.copy_(make_tensor(x.shape, torch.float16, "cuda", "channels_last", gen))
-    graph.replay()
-    torch.cuda.synchronize()
+    (out,), _graph = capture_and_replay(lambda: (ops.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 1),), [x], gen)
     torch.testing.assert_close(out, ops.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 1), rtol=0, atol=0)
     assert not torch.equal(out, want)
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import cuda, kernels_launched, make_tensor, ops
+from testlib import capture_and_replay, cuda, kernels_launched, make_tensor, ops
 
 pytestmark = cuda
 
@@ -169,17 +169,7 @@ def test_stem_on_an_empty_batch_and_in_a_cuda_graph(gen):
     assert ops.conv2d(empty, w, None, [2, 2], [1, 1], [1, 1], 1).shape == (0, 32, 16, 16)
     x = make_tensor((4, 3, 64, 64), torch.float16, "cuda", "channels_last", gen)
     args = ([2, 2], [1, 1], [1, 1], 1)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        ops.conv2d(x, w, None, *args)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = ops.conv2d(x, w, None, *args)
-    x.copy_(make_tensor(tuple(x.shape), torch.float16, "cuda", gen=gen))
-    graph.replay()
-    torch.cuda.synchronize()
+    (out,), _graph = capture_and_replay(lambda: (ops.conv2d(x, w, None, *args),), [x], gen)
     check(out, reference(x, w, None, *args[:3]), torch.float16, "graph")
 
 

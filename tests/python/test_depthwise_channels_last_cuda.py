@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from testlib import cuda, make_tensor, ops
+from testlib import capture_and_replay, cuda, make_tensor, ops
 
 pytestmark = cuda
 
@@ -114,14 +114,8 @@ def test_declined_calls_keep_the_other_kernels(case, gen):
 def test_channels_last_forward_runs_in_a_cuda_graph(gen):
     x = make_tensor((2, 64, 30, 30), torch.float16, "cuda", "channels_last", gen)
     wt = make_tensor((64, 1, 7, 7), torch.float16, "cuda", "contiguous", gen)
-    ops.depthwise_conv2d(x, wt, None, [1, 1], [3, 3], [1, 1])
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = ops.depthwise_conv2d(x, wt, None, [1, 1], [3, 3], [1, 1])
-    x.copy_(make_tensor(x.shape, torch.float16, "cuda", "channels_last", gen))
-    graph.replay()
-    torch.cuda.synchronize()
+    (out,), _graph = capture_and_replay(
+        lambda: (ops.depthwise_conv2d(x, wt, None, [1, 1], [3, 3], [1, 1]),), [x], gen)
     check(out, reference(x, wt, None, 1, 3, "identity"), torch.float16, "graph")
 
 
@@ -239,17 +233,9 @@ def test_channels_last_backward_runs_in_a_cuda_graph(gen):
     wt = make_tensor((64, 1, 3, 3), dtype, "cuda", "contiguous", gen)
     go = make_tensor((2, 64, 15, 15), dtype, "cuda", "channels_last", gen)
     args = ([2, 2], [1, 1], [1, 1])
-    ops.depthwise_conv2d_grad_input(go, x, wt, *args)
-    ops.depthwise_conv2d_grad_weight_bias(go, x, wt, *args)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        gi = ops.depthwise_conv2d_grad_input(go, x, wt, *args)
-        gw, gb = ops.depthwise_conv2d_grad_weight_bias(go, x, wt, *args)
-    go.copy_(make_tensor(go.shape, dtype, "cuda", "channels_last", gen))
-    x.copy_(make_tensor(x.shape, dtype, "cuda", "channels_last", gen))
-    graph.replay()
-    torch.cuda.synchronize()
+    (gi, (gw, gb)), _graph = capture_and_replay(
+        lambda: (ops.depthwise_conv2d_grad_input(go, x, wt, *args),
+                 ops.depthwise_conv2d_grad_weight_bias(go, x, wt, *args)), [go, x], gen)
     want = gradients(x.double(), wt.double(), torch.zeros(64, device="cuda", dtype=torch.float64), 2,
                      1, go.double(), theirs64)
     check(gi, want[0], dtype, "graph grad_input")
