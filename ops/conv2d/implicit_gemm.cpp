@@ -546,22 +546,26 @@ std::optional<at::Tensor> grad_input_as_hopper_forward(const at::Tensor& go,
   return fprop(go, rotated_weight_cuda(weight), std::nullopt, t);
 }
 
-// The strided input gradient by stride phases on the Hopper forward kernel
-// (implicit_gemm.h's dgrad_phases_sm90_*), one launch after the phases'
-// weight is written (phase_weight_cuda). On an H100 (N=32, CUDA graphs, us,
-// CUTLASS's strided dgrad -> this): ResNet-50's 512-channel stride-2 layer
-// 88.7 -> 52.4 in float32 (cuDNN 39.1), 41.7 -> 37.5 in float16 (24.4);
-// ResNeXt's 1024-channel stride-2 grouped layer (its dense block-diagonal
-// problem) in float32 245 -> 174. With 128 and 256 output channels the
-// one-tap phases' reductions are short and it measured slower (float16 256
-// channels 28.8 -> 43), so wgmma_dgrad_phases_take asks for 512. nullopt
-// where the route does not apply.
+// The float32 (TF32) strided input gradient by stride phases on the Hopper
+// forward kernel (implicit_gemm.h's dgrad_phases_sm90_f32), one launch after
+// the phases' weight is written (phase_weight_cuda). On an H100 (N=32, us,
+// CUTLASS's strided dgrad -> this, CUDA graphs / the L2 evicted before each
+// call): ResNet-50's 512-channel stride-2 layer 90.5 -> 53.2 / 93.2 -> 59.1
+// (cuDNN 40.2 / 42.8); 1024 channels at 14x14 242 -> 160 / 244 -> 166. With
+// 128 and 256 output channels the one-tap phases' reductions are short and
+// it measured slower (bench/NOTES.md), so wgmma_dgrad_phases_take asks for
+// 512. In 16-bit it measured no faster with
+// the L2 evicted (512 channels 44.8 -> 44.6, 768 channels 71.3 -> 74.5), so
+// those keep CUTLASS's kernel. nullopt where the route does not apply.
 std::optional<at::Tensor> grad_input_by_hopper_phases(const at::Tensor& go, const at::Tensor& input,
                                                       const at::Tensor& weight,
                                                       const Conv2dShape<int64_t>& s) {
-  if (!is_sm90(input.get_device()) || !go.is_contiguous(kChannelsLast)) return std::nullopt;
+  if (input.scalar_type() != at::kFloat || !is_sm90(input.get_device()) ||
+      !go.is_contiguous(kChannelsLast)) {
+    return std::nullopt;
+  }
   implicit_gemm::ConvProblem pr = geometry(input, s);
-  if (!implicit_gemm::wgmma_dgrad_phases_take(pr, int(input.element_size()))) return std::nullopt;
+  if (!implicit_gemm::wgmma_dgrad_phases_take(pr)) return std::nullopt;
   const implicit_gemm::StridePhases sp = implicit_gemm::stride_phases(
       pr.h, pr.w, pr.c, pr.r, pr.s, pr.pad_h, pr.pad_w, pr.stride_h, pr.stride_w);
   if (sp.phases.empty()) return std::nullopt;
@@ -570,11 +574,7 @@ std::optional<at::Tensor> grad_input_by_hopper_phases(const at::Tensor& go, cons
   pr.input = gi.mutable_data_ptr();
   pr.weight = const_cast<void*>(w.const_data_ptr());
   pr.output = const_cast<void*>(go.const_data_ptr());
-  const bool launched = input.scalar_type() == at::kFloat ? implicit_gemm::dgrad_phases_sm90_f32(pr)
-                        : input.scalar_type() == at::kHalf
-                            ? implicit_gemm::dgrad_phases_sm90_f16(pr)
-                            : implicit_gemm::dgrad_phases_sm90_bf16(pr);
-  if (!launched) return std::nullopt;
+  if (!implicit_gemm::dgrad_phases_sm90_f32(pr)) return std::nullopt;
   return gi;
 }
 #endif

@@ -52,9 +52,9 @@
 //                strided without dilation, the weight read as it is; on
 //                sm_90, the stride-1 gradient as the Hopper forward of
 //                grad_output with the rotated weight where that forward
-//                runs a Hopper kernel, and strided layers of 512 or more
-//                output channels by stride phases on our Hopper forward
-//                kernel (dgrad_phases_sm90_* below);
+//                runs a Hopper kernel, and float32 strided layers of 512 or
+//                more output channels by stride phases on our Hopper
+//                forward kernel (dgrad_phases_sm90_f32 below);
 //   grad_weight  the wgrad kernel, its long reduction (N*P*Q) split into
 //                slices that fill the device, each written to its own float32
 //                plane (parallel split-K), then summed in a fixed order and
@@ -231,25 +231,25 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   return {true, 2 * tiles <= pr.multiprocessors ? 2 : 1, box};
 }
 
-// The input gradient of a strided layer on the Hopper forward kernel, by
-// stride phases (wgmma_plan.h's stride_phases: one stride-1 forward of
-// grad_output per phase, all in one launch, each writing its phase's input
-// positions): ConvProblem as for dgrad (`input` written), `weight` the
-// phases' weight ((C, taps, K) in memory, taps in stride_phases' slot order:
-// phase_weight_cuda). Takes groups 1, dilation 1, strides up to 2 no wider
-// than the window, a plane of at least the stride, K a whole number of
-// 128-byte steps and C of 8, and `min_k` or more output channels (the
+// The float32 (TF32) input gradient of a strided layer on the Hopper forward
+// kernel, by stride phases (wgmma_plan.h's stride_phases: one stride-1
+// forward of grad_output per phase, all in one launch, each writing its
+// phase's input positions): ConvProblem as for dgrad (`input` written),
+// `weight` the phases' weight ((C, taps, K) in memory, taps in
+// stride_phases' slot order: phase_weight_cuda). Takes groups 1, dilation 1,
+// strides up to 2 no wider than the window, a plane of at least the stride,
+// K a multiple of 32 and C of 8, and `min_k` or more output channels (the
 // reduction of the one-tap phases); false (nothing launched) otherwise, where
-// the build has no sm_90a code or the device is not sm_90.
-inline bool wgmma_dgrad_phases_take(const ConvProblem& pr, int element_size, int min_k = 512) {
+// the build has no sm_90a code or the device is not sm_90. (The kernel is
+// written for 16-bit types too; there the phases measured no faster than
+// CUTLASS's strided dgrad: bench/NOTES.md.)
+inline bool wgmma_dgrad_phases_take(const ConvProblem& pr, int min_k = 512) {
   return pr.groups == 1 && (pr.stride_h > 1 || pr.stride_w > 1) && pr.stride_h <= 2 &&
          pr.stride_w <= 2 && pr.dilation_h == 1 && pr.dilation_w == 1 && pr.r >= pr.stride_h &&
          pr.s >= pr.stride_w && pr.h >= pr.stride_h && pr.w >= pr.stride_w && pr.r * pr.s <= 64 &&
-         pr.k >= min_k && pr.k % (128 / element_size) == 0 && pr.c % 8 == 0;
+         pr.k >= min_k && pr.k % 32 == 0 && pr.c % 8 == 0;
 }
-bool dgrad_phases_sm90_f32(const ConvProblem& problem);  // TF32
-bool dgrad_phases_sm90_f16(const ConvProblem& problem);
-bool dgrad_phases_sm90_bf16(const ConvProblem& problem);
+bool dgrad_phases_sm90_f32(const ConvProblem& problem);
 
 // The Hopper weight gradient (wgrad_tile kSm90): `weight` written in the
 // element type in one pass (split_k 1); false where the build has no sm_90a

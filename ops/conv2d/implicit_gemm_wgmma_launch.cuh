@@ -75,11 +75,12 @@ bool fprop_wgmma(const ConvProblem& pr) {
 }
 
 // The strided input gradient by stride phases (implicit_gemm.h's
-// dgrad_phases_sm90_*): pr as for dgrad, its weight the phases' weight. One
-// launch for all phases, no split.
+// dgrad_phases_sm90_f32): pr as for dgrad, its weight the phases' weight. One
+// launch for all phases, no split. T: float (TF32); the 16-bit types would
+// need C a multiple of 64 too.
 template <typename T>
 bool dgrad_phases_wgmma(const ConvProblem& pr) {
-  if (!wgmma_dgrad_phases_take(pr, int(sizeof(T)))) return false;
+  if (!wgmma_dgrad_phases_take(pr) || pr.k % (128 / int(sizeof(T))) != 0) return false;
   const StridePhases sp =
       stride_phases(pr.h, pr.w, pr.c, pr.r, pr.s, pr.pad_h, pr.pad_w, pr.stride_h, pr.stride_w);
   wgmma_fprop::Args a{};

@@ -20,7 +20,7 @@ at::Tensor rotated_weight_cuda(const at::Tensor& weight);
 // taps[t] (= i * kw + j),
 //   out[c][t][k] = weight[k][c][i][j],
 // as the strided input gradient's phases read it (implicit_gemm.h's
-// dgrad_phases_sm90_*). At most 64 slots; one kernel.
+// dgrad_phases_sm90_f32). At most 64 slots; one kernel.
 at::Tensor phase_weight_cuda(const at::Tensor& weight, const std::vector<int>& taps);
 
 }  // namespace customconv
