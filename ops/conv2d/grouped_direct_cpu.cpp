@@ -619,7 +619,11 @@ __attribute__((always_inline)) inline void store_wide_item(float* gw, const Geom
 }
 
 // Item t over output rows [r0, r1), its sums continuing from acc ([LB][CB]
-// vectors); a last, partial block of input channels runs 4 and then 1 at a time.
+// vectors); a last, partial block of input channels runs 4 at a time, then
+// the 1 to 3 left together: each pass streams grad_output once, and an RGB
+// stem's 3 channels keep 3 LB accumulators' chains in flight (one at a time,
+// each pass's LB multiply-add chains waited on the FMA latency: ResNet's 7x7
+// stem at N=4 on 2 cores took 10.4 ms against oneDNN's 5.9).
 template <int LB, int CB>
 __attribute__((always_inline)) inline void wide_item_rows(const float* go, const float* in, float* acc,
                                                           const Geometry& g, int64_t t, int64_t r0,
@@ -634,7 +638,12 @@ __attribute__((always_inline)) inline void wide_item_rows(const float* go, const
   }
   int64_t c = 0;
   for (; c + 4 <= cb; c += 4) wide_weight_rows<LB, 4, CB>(go, in, acc + c * 16, g, k0, i, j, c0 + c, r0, r1, r0 == 0);
-  for (; c < cb; ++c) wide_weight_rows<LB, 1, CB>(go, in, acc + c * 16, g, k0, i, j, c0 + c, r0, r1, r0 == 0);
+  switch (cb - c) {
+    case 3: wide_weight_rows<LB, 3, CB>(go, in, acc + c * 16, g, k0, i, j, c0 + c, r0, r1, r0 == 0); break;
+    case 2: wide_weight_rows<LB, 2, CB>(go, in, acc + c * 16, g, k0, i, j, c0 + c, r0, r1, r0 == 0); break;
+    case 1: wide_weight_rows<LB, 1, CB>(go, in, acc + c * 16, g, k0, i, j, c0 + c, r0, r1, r0 == 0); break;
+    default: break;
+  }
 }
 
 // Items [t0, t1) of (LB vectors of output channels, tap, block of CB input

@@ -180,15 +180,17 @@ def test_channels_last_direct_cpu_empty_batch(rng, gen, seed):
 def weight_gradient_config(rng: random.Random) -> ConvConfig:
     """Ungrouped layers with a multiple of 16 output channels (16, 32, 48, 64:
     one and two 16-lane vectors an item), input channels that fill no whole
-    block of 8 or 16 (the 4- and 1-channel remainders), and planes large enough
-    for several chunks of output rows (over 512 positions) or one."""
+    block of 8 or 16 (remainders of 1 to 4 channels, an RGB stem's 3), and
+    planes large enough for several chunks of output rows (over 512
+    positions) or one."""
     kernel = rng.choice([(3, 3), (1, 1), (5, 3), (2, 2)])
     stride = (rng.choice([1, 2]), rng.choice([1, 2]))
     dilation = (rng.choice([1, 1, 2]), 1)
     padding = tuple(rng.randint(0, (k - 1) * d) for k, d in zip(kernel, dilation))
     size = (rng.randint(8, 40), rng.randint(8, 40))
     window = dict(kernel=kernel, stride=stride, dilation=dilation, padding=padding, size=size,
-                  in_channels=rng.choice([16, 17, 20, 32, 36, 64]), out_channels=rng.choice([16, 32, 48, 64]))
+                  in_channels=rng.choice([3, 16, 17, 18, 19, 20, 32, 36, 64]),
+                  out_channels=rng.choice([16, 32, 48, 64]))
     return random_direct_cpu_config(rng, window)
 
 
@@ -197,6 +199,23 @@ def test_cpu_weight_gradient_of_ungrouped_layers_matches_torch(idx, rng, gen, se
     # On AVX-512 machines the direct 16-lane weight gradient (grouped_direct_cpu.h).
     cfg = weight_gradient_config(rng)
     check_cpu_float32_case(cfg, gen, f"seed={seed} {cfg}")
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
+@pytest.mark.parametrize("window", [(7, 2, 3), (3, 2, 1), (5, 1, 2)], ids=["7x7-s2", "3x3-s2", "5x5-s1"])
+def test_cpu_weight_gradient_of_rgb_stems_matches_torch(window, layout, gen, seed):
+    # 3 input channels: one pass over grad_output for all three, per tap.
+    ks, stride, pad = window
+    x = make_tensor((2, 3, 45, 38), torch.float32, "cpu", layout, gen)
+    w = make_tensor((32, 3, ks, ks), torch.float32, "cpu", layout, gen)
+    oh, ow = ((size + 2 * pad - ks) // stride + 1 for size in (45, 38))
+    go = make_tensor((2, 32, oh, ow), torch.float32, "cpu", layout, gen)
+    args = ([stride, stride], [pad, pad], [1, 1], 1)
+    got = ops.conv2d_grad_weight(go, x, w, *args)
+    want = torch.ops.aten.convolution_backward(go.double(), x.double(), w.double(), None, *args[:3], False,
+                                               [0, 0], 1, [False, True, False])[1]
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item(),
+                               msg=lambda m: f"seed={seed} {window} {layout}: {m}")
 
 
 def test_cpu_weight_gradient_does_not_depend_on_the_thread_count(gen):
