@@ -40,6 +40,7 @@
 #include "ops/conv2d/batched_gemm.h"
 #include "ops/conv2d/channels_last_gemm.h"
 #include "ops/conv2d/pointwise_gemm.h"
+#include "ops/conv2d/rotated_weight.h"
 #include "ops/depthwise/depthwise.h"
 
 namespace customconv {
@@ -90,12 +91,19 @@ struct Conv2dEngines {
 
 inline bool always(const at::Tensor&, const Conv2dShape<int64_t>&) { return true; }
 
+// The weight of a convolution's transpose, rotated (rotated_weight.h).
+using RotatedWeight = at::Tensor (*)(const at::Tensor& weight);
+
 struct Conv2dKernels {
   ColumnKernels columns;
   BatchedGemm gemm;
   GemmParallelism gemm_parallelism;
   DepthwiseKernels depthwise;
   Conv2dEngines engines;
+  // The rotated weight of the stride-1 input gradient of ungrouped layers
+  // (conv2d_grad_input_impl), where the device has a kernel for it; null:
+  // flipped and transposed with ATen's ops.
+  RotatedWeight rotated_weight = nullptr;
 };
 
 // The CPU's engines (engines_cpu.cpp): the grouped direct kernels
@@ -151,7 +159,8 @@ inline Conv2dKernels cpu_conv2d_kernels() {
            &cpu_conv2d_fused_engine, /*forward_before_pointwise=*/&always,
            /*grad_input_before_pointwise=*/&cpu_pointwise_grad_input_direct,
            /*grad_weight_before_pointwise=*/&cpu_pointwise_grad_weight_direct,
-           /*grad_input_by_phases=*/&cpu_grad_input_by_phases}};
+           /*grad_input_by_phases=*/&cpu_grad_input_by_phases},
+          /*rotated_weight=*/&rotated_weight_cpu};
 }
 // Whether conv2d_grad_input_impl can run the input gradient as the forward
 // convolution of grad_output with the rotated weight (stride 1, the rotated

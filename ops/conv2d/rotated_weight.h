@@ -2,9 +2,9 @@
 // (C, K, kh, kw) weight rotated by 180 degrees in the window,
 //   out[c][k][i][j] = weight[k][c][kh - 1 - i][kw - 1 - j],
 // with which the stride-1 input gradient is the forward convolution of
-// grad_output. On CUDA it is written channels_last ((C, kh, kw, K) in
-// memory, as the implicit GEMM forward reads its weight) by one kernel; the
-// weight may be stored in any layout.
+// grad_output. It is written channels_last ((C, kh, kw, K) in memory, as the
+// implicit GEMM forward and the CPU's direct kernels read their weight) by
+// one kernel; the weight may be stored in any layout.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,6 +14,9 @@
 namespace customconv {
 
 at::Tensor rotated_weight_cuda(const at::Tensor& weight);
+// The same on the CPU (a blocked transpose per tap over ATen's threads), for
+// every floating dtype.
+at::Tensor rotated_weight_cpu(const at::Tensor& weight);
 
 // The same transposition with the taps in a given order: for a weight (K, C,
 // kh, kw), the (C, taps.size(), K) tensor whose slot t holds the layer's tap

@@ -218,6 +218,26 @@ def test_cpu_weight_gradient_of_rgb_stems_matches_torch(window, layout, gen, see
                                msg=lambda m: f"seed={seed} {window} {layout}: {m}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+                         ids=["f32", "f64", "f16", "bf16"])
+@pytest.mark.parametrize("weight_layout", ["channels_last", "contiguous"])
+def test_cpu_stride_1_input_gradient_with_the_rotated_weight_matches_torch(dtype, weight_layout, gen, seed):
+    # Channels_last stride-1 input gradients of ungrouped layers: the forward of
+    # grad_output with the weight rotated by one blocked transpose per tap
+    # (rotated_weight.h); channel counts off the 32-wide blocks, a 3x5 window.
+    x = make_tensor((2, 37, 11, 9), dtype, "cpu", "channels_last", gen)
+    w = make_tensor((45, 37, 3, 5), dtype, "cpu", weight_layout, gen)
+    go = make_tensor((2, 45, 11, 9), dtype, "cpu", "channels_last", gen)
+    args = ([1, 1], [1, 2], [1, 1], 1)
+    got = ops.conv2d_grad_input(go, x, w, *args)
+    assert got.dtype == dtype and got.is_contiguous(memory_format=torch.channels_last)
+    want = torch.ops.aten.convolution_backward(go.double(), x.double(), w.double(), None, *args[:3], False,
+                                               [0, 0], 1, [True, False, False])[0]
+    tol = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 1e-2, torch.bfloat16: 4e-2}[dtype]
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * want.abs().max().item(),
+                               msg=lambda m: f"seed={seed} {dtype} {weight_layout}: {m}")
+
+
 def test_cpu_weight_gradient_does_not_depend_on_the_thread_count(gen):
     x = make_tensor((3, 36, 29, 23), torch.float32, "cpu", "channels_last", gen)
     w = make_tensor((48, 36, 3, 3), torch.float32, "cpu", "channels_last", gen)
