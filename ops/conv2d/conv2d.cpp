@@ -1,13 +1,14 @@
 #include "ops/conv2d/conv2d.h"
 
-#include "ops/common/conv_shapes.h"
-#include "ops/common/launch.h"
-#include "ops/common/workspace.h"
-
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <vector>
+
+#include "ops/common/conv_shapes.h"
+#include "ops/common/launch.h"
+#include "ops/common/workspace.h"
+#include "ops/conv2d/phase_taps.h"
 
 namespace customconv {
 namespace {
@@ -297,25 +298,10 @@ at::Tensor grad_input_by_phases(const Conv2dKernels& kernels, const at::Tensor& 
   at::Tensor gi =
       at::empty({s.in.n, s.in.c, s.in.h, s.in.w},
                 grad_output.options().memory_format(grad_output.suggest_memory_format()));
-  // The taps of one axis that reach phase p, by decreasing index, and their
-  // offsets' first value and step.
-  struct Taps {
-    std::vector<int64_t> index;
-    int64_t first = 0, step = 1;
-  };
-  const auto taps = [](int64_t p, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
-    Taps t;
-    for (int64_t r = k - 1; r >= 0; --r) {
-      if ((p + pad - dil * r) % stride == 0) t.index.push_back(r);
-    }
-    if (!t.index.empty()) t.first = (p + pad - dil * t.index[0]) / stride;
-    if (t.index.size() > 1) t.step = (p + pad - dil * t.index[1]) / stride - t.first;
-    return t;
-  };
   // Symmetric padding for a forward whose positions first .. first + len - 1
   // (shifted by it) cover the phase's `len` rows: at least -first at the
   // start, and enough at the end.
-  const auto padding = [](const Taps& t, int64_t len, int64_t out) {
+  const auto padding = [](const PhaseTaps& t, int64_t len, int64_t out) {
     return std::max(
         {int64_t{0}, -t.first, len + t.first + t.step * (int64_t(t.index.size()) - 1) - out});
   };
@@ -328,8 +314,8 @@ at::Tensor grad_input_by_phases(const Conv2dKernels& kernels, const at::Tensor& 
                     ws = (s.in.w - px + win.sw - 1) / win.sw;
       if (hs <= 0 || ws <= 0) continue;
       at::Tensor phase = gi.slice(2, py, s.in.h, win.sh).slice(3, px, s.in.w, win.sw);
-      const Taps ty = taps(py, win.kh, win.sh, win.ph, win.dh),
-                 tx = taps(px, win.kw, win.sw, win.pw, win.dw);
+      const PhaseTaps ty = phase_taps(py, win.kh, win.sh, win.ph, win.dh),
+                      tx = phase_taps(px, win.kw, win.sw, win.pw, win.dw);
       if (ty.index.empty() || tx.index.empty() || s.k == 0) {
         phase.zero_();
         continue;

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "ops/conv2d/phase_taps.h"
+
 namespace customconv::implicit_gemm {
 
 // The box of output positions per tile: bw x bh x bn (columns x rows x
@@ -89,13 +91,12 @@ inline StridePhases stride_phases(int h, int w, int c, int kh, int kw, int pad_h
       stride_h * stride_w > kMaxPhases) {
     return out;
   }
-  // The taps of one axis reaching phase p, by decreasing index, and the first offset.
+  // The taps of one axis reaching phase p, by decreasing index (phase_taps.h),
+  // and the first offset.
   const auto axis = [](int p, int k, int stride, int pad, std::vector<int>& taps) {
-    taps.clear();
-    for (int r = k - 1; r >= 0; --r) {
-      if ((p + pad - r) % stride == 0) taps.push_back(r);
-    }
-    return (p + pad - taps[0]) / stride;
+    const PhaseTaps t = phase_taps(p, k, stride, pad, 1);
+    taps.assign(t.index.begin(), t.index.end());
+    return int(t.first);
   };
   struct Entry {
     Phase f;
