@@ -211,24 +211,42 @@ bool fprop_sm90_f32(const ConvProblem& problem);
 // windows larger than 1x1, packed NHWC input, float32 under TF32 with 256 or
 // more input channels (8 or more 128-byte reduction steps a tap), K a multiple
 // of 8 and strides up to 8; the reduction split in two where the tiles fill at most half the
-// multiprocessors. On an H100, with the L2 cache evicted before each call (as
-// bench.py times), it took ResNet-50's 256- and 512-channel 3x3 layers at N=32
-// from 46-56 us to 43-46 (cuDNN 32-40). In 16-bit, and below 256 channels,
-// the sm80-style kernels measured as fast or faster that way, and keep those
-// layers (bench/NOTES.md).
+// multiprocessors. On an H100, with the L2 cache evicted before each call
+// (as bench.py times), it took ResNet-50's 256- and 512-channel 3x3 layers
+// at N=32 from 46-56 us to 43-46 (cuDNN 32-40). In 16-bit, and below 256
+// channels, the sm80-style kernels measured as fast or faster that way, and
+// keep those layers (bench/NOTES.md). Tiles are boxes of output positions
+// (choose_box), or 128 consecutive positions (im2col) where that takes fewer
+// rounds of tiles over the multiprocessors: on an H100 at N=32, float32, us,
+// boxes -> rows: 1024 channels at 14x14 460 -> 370 (cuDNN 358), 512 at
+// 28x28 442 -> 401 (281), 256 at 56x56 479 -> 428 (282). Where both take
+// one round (ResNet-50's layers at N=32) the boxes measured 1-3 us faster.
 struct WgmmaPlan {
   bool take;
   int split;
   Box box;
+  bool im2col;  // tiles of 128 consecutive output positions (TMA's im2col mode), not boxes
 };
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   if (element_size != 4 || pr.groups != 1 || (pr.r == 1 && pr.s == 1) || pr.input_strides[0] != 0 ||
       pr.c < 256 || pr.c % 32 != 0 || pr.k % 8 != 0 || pr.stride_h > 8 || pr.stride_w > 8) {
-    return {false, 1, {}};
+    return {false, 1, {}, false};
   }
+  // im2col's window corners are 8-bit, its tap offsets 8-bit unsigned.
+  const auto in8 = [](int v) { return v >= -128 && v <= 127; };
+  const int span_h = (pr.r - 1) * pr.dilation_h, span_w = (pr.s - 1) * pr.dilation_w;
+  bool im2col = in8(-pr.pad_h) && in8(-pr.pad_w) && in8(pr.pad_h - span_h) &&
+                in8(pr.pad_w - span_w) && span_h <= 255 && span_w <= 255 &&
+                int64_t(pr.n) * pr.p * pr.q < (int64_t(1) << 30);
   const Box box = choose_box(pr.n, pr.p, pr.q, pr.stride_h, pr.stride_w, 128);
-  const int64_t tiles = box.tiles() * ((pr.k + 127) / 128);
-  return {true, 2 * tiles <= pr.multiprocessors ? 2 : 1, box};
+  const int64_t k_tiles = (pr.k + 127) / 128, sms = pr.multiprocessors;
+  const int64_t box_tiles = box.tiles() * k_tiles;
+  const int64_t im2col_tiles = (int64_t(pr.n) * pr.p * pr.q + 127) / 128 * k_tiles;
+  // Rows of positions without the boxes' empty rows, where that saves a round
+  // of tiles over the multiprocessors.
+  im2col = im2col && (im2col_tiles + sms - 1) / sms < (box_tiles + sms - 1) / sms;
+  const int64_t tiles = im2col ? im2col_tiles : box_tiles;
+  return {true, 2 * tiles <= pr.multiprocessors ? 2 : 1, box, im2col};
 }
 
 // The float32 (TF32) input gradient of a strided layer on the Hopper forward

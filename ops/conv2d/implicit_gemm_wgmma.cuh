@@ -16,6 +16,11 @@
 // image), 128-byte swizzled as the warpgroup MMA reads it (wgmma.cuh); a
 // second brings the weight's kN output channels x the step's channels (a 2-D
 // view (K, kh*kw*C)). Neither needs registers or address arithmetic per row.
+// Where boxes would leave many rows empty (planes whose rows do not fill 128,
+// such as 14x14 or 30x30) and that costs a round of tiles, a tile is instead
+// kM consecutive output positions in (n, p, q) order, crossing rows and
+// images (Args::im2col): TMA's im2col mode loads the kM window corners'
+// pixels for a tap (the tap as the load's offsets), zeros outside the image.
 //
 // Block: kM / 64 consumer warpgroups and one producer warp (in a warpgroup of
 // its own). The producer's lane 0 walks the block's tiles (t = blockIdx.x,
@@ -66,7 +71,6 @@ __device__ __forceinline__ void mma_step(float (&d)[64], uint64_t a, uint64_t b,
   }
 }
 
-
 struct Args {
   void* y;  // the output: phase f's (n, oh, ow, k) at f.y0 + n * f.sn + oh * f.sh + ow * f.sw + k
   const void* bias;      // k, or null
@@ -76,6 +80,10 @@ struct Args {
   int n, k, c;           // images, output channels, input channels
   int stride_h, stride_w, dilation_h, dilation_w;
   int bw, bh, bn;        // the box of output positions of a tile (bw * bh * bn <= kM)
+  // 1 (one phase): a tile's rows are kM consecutive output positions in
+  // (n, p, q) order, from bw * (its box index), loaded by TMA's im2col mode
+  // (bw = kM, bh = bn = 1; the phase's tw = tiles of positions, th = tn = 1).
+  int im2col;
   int phases;  // 1 to kMaxPhases sub-problems (wgmma_plan.h), sharing the box and the tensor maps
   int tiles;   // of all phases, one slice
   Phase ph[kMaxPhases];
@@ -124,6 +132,19 @@ __device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap* map, in
       : "memory");
 }
 
+// kM pixels x one step of channels from the window corner (w, h) of image
+// n on, plus the tap's offsets (off_w, off_h), in TMA's im2col traversal.
+__device__ __forceinline__ void load_im2col(uint32_t dst, const CUtensorMap* map, int c, int w,
+                                            int h, int n, uint16_t off_w, uint16_t off_h,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar), "h"(off_w),
+      "h"(off_h)
+      : "memory");
+}
+
 // Requires: c a multiple of Tile::kStep, k of 8, the maps of make_maps below,
 // Tile::kSmemBytes of dynamic shared memory, any number of blocks.
 template <typename T, int kM, int kN, int kStages>
@@ -160,7 +181,13 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
       const int nt = (u - f.tiles_begin) % n_tiles, box = (u - f.tiles_begin) / n_tiles;
       const int ow0 = (box % f.tw) * a.bw, oh0 = ((box / f.tw) % f.th) * a.bh,
                 n0 = (box / (f.tw * f.th)) * a.bn;
-      const int w0 = ow0 * a.stride_w - f.pad_w, h0 = oh0 * a.stride_h - f.pad_h;
+      int w0 = ow0 * a.stride_w - f.pad_w, h0 = oh0 * a.stride_h - f.pad_h, img = n0;
+      if (a.im2col) {  // the first position's window corner
+        const int plane = f.p * f.q;
+        img = ow0 / plane;
+        const int oh = (ow0 - img * plane) / f.q, ow = ow0 - img * plane - oh * f.q;
+        w0 = ow * a.stride_w - f.pad_w, h0 = oh * a.stride_h - f.pad_h;
+      }
       const int all_steps = f.r * f.s * a.c / Cfg::kStep;
       const int first = int(int64_t(all_steps) * z / a.split);
       const int last = int(int64_t(all_steps) * (z + 1) / a.split);
@@ -174,7 +201,12 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
         const uint32_t bar = full + 8u * st;
         expect_bytes(bar, bytes);
         const uint32_t sa = base + uint32_t(st * Cfg::kStageBytes);
-        load_4d(sa, &xmap, lc, w0 + ls * a.dilation_w, h0 + lr * a.dilation_h, n0, bar);
+        if (a.im2col) {
+          load_im2col(sa, &xmap, lc, w0, h0, img, uint16_t(ls * a.dilation_w),
+                      uint16_t(lr * a.dilation_h), bar);
+        } else {
+          load_4d(sa, &xmap, lc, w0 + ls * a.dilation_w, h0 + lr * a.dilation_h, n0, bar);
+        }
         load_2d(sa + uint32_t(Cfg::kStageA), &wmap, w_col0 + step * Cfg::kStep, nt * kN, bar);
         lc += Cfg::kStep;
         if (lc == a.c) {
@@ -230,8 +262,13 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = group * 64 + warp * 16 + (lane >> 2) + 8 * h;
-      const int bw_i = row % a.bw, bh_i = (row / a.bw) % a.bh, bn_i = row / (a.bw * a.bh);
-      const int ow = ow0 + bw_i, oh = oh0 + bh_i, nn = n0 + bn_i;
+      int ow, oh, nn;
+      if (a.im2col) {
+        const int m = ow0 + row, plane = f.p * f.q;
+        nn = m / plane, oh = (m - nn * plane) / f.q, ow = m - nn * plane - oh * f.q;
+      } else {
+        ow = ow0 + row % a.bw, oh = oh0 + (row / a.bw) % a.bh, nn = n0 + row / (a.bw * a.bh);
+      }
       offs[h] = row < box_rows && ow < f.q && oh < f.p && nn < a.n
                     ? f.y0 + nn * f.sn + oh * f.sh + ow * f.sw
                     : -1;
@@ -272,19 +309,33 @@ using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, 
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-// The driver's tensor-map encoder, found once (null where the driver lacks it).
+using EncodeIm2col = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                  const cuuint64_t*, const cuuint64_t*, const int*, const int*,
+                                  cuuint32_t, cuuint32_t, const cuuint32_t*, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                  CUtensorMapFloatOOBfill);
+
+// The driver's entry point `name`, found once per caller (null where the
+// driver lacks it).
+inline void* driver_entry(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return p;
+}
+// The driver's tensor-map encoders.
 inline EncodeTiled encoder() {
-  static const EncodeTiled fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
-            cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return EncodeTiled(nullptr);
-    }
-    return reinterpret_cast<EncodeTiled>(p);
-  }();
+  static const EncodeTiled fn =
+      reinterpret_cast<EncodeTiled>(driver_entry("cuTensorMapEncodeTiled"));
+  return fn;
+}
+inline EncodeIm2col im2col_encoder() {
+  static const EncodeIm2col fn =
+      reinterpret_cast<EncodeIm2col>(driver_entry("cuTensorMapEncodeIm2col"));
   return fn;
 }
 
@@ -296,8 +347,8 @@ constexpr CUtensorMapDataType map_type() {
 }
 
 // The input's map (a box of the tile's pixels for one step, read every
-// stride-th pixel) and the weight's (kN output channels x one step); false
-// where the driver refuses them.
+// stride-th pixel; with a.im2col, kM window corners in im2col traversal) and the weight's (kN
+// output channels x one step); false where the driver refuses them.
 template <typename T, int kN>
 bool make_maps(CUtensorMap* xmap, CUtensorMap* wmap, const void* x, const void* w, int n, int h, int wd, int c,
                int k, int taps, const Args& a) {
@@ -307,13 +358,30 @@ bool make_maps(CUtensorMap* xmap, CUtensorMap* wmap, const void* x, const void* 
   const cuuint64_t es = sizeof(T);
   const cuuint64_t xdims[4] = {cuuint64_t(c), cuuint64_t(wd), cuuint64_t(h), cuuint64_t(n)};
   const cuuint64_t xstrides[3] = {c * es, cuuint64_t(wd) * c * es, cuuint64_t(h) * wd * c * es};
-  const cuuint32_t xbox[4] = {cuuint32_t(kStep), cuuint32_t(a.bw * a.stride_w), cuuint32_t(a.bh * a.stride_h),
-                              cuuint32_t(a.bn)};
   const cuuint32_t xstep[4] = {1, cuuint32_t(a.stride_w), cuuint32_t(a.stride_h), 1};
-  if (encode(xmap, map_type<T>(), 4, const_cast<void*>(x), xdims, xstrides, xbox, xstep,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
-    return false;
+  if (a.im2col) {
+    // The window corners the output positions start from: -pad to the last
+    // corner whose window ends inside the padded plane, (w, h) order.
+    const EncodeIm2col encode_im2col = im2col_encoder();
+    const Phase& f = a.ph[0];
+    const int lower[2] = {-f.pad_w, -f.pad_h};
+    const int upper[2] = {f.pad_w - (f.s - 1) * a.dilation_w, f.pad_h - (f.r - 1) * a.dilation_h};
+    if (encode_im2col == nullptr ||
+        encode_im2col(xmap, map_type<T>(), 4, const_cast<void*>(x), xdims, xstrides, lower, upper,
+                      cuuint32_t(kStep), cuuint32_t(a.bw), xstep, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+      return false;
+    }
+  } else {
+    const cuuint32_t xbox[4] = {cuuint32_t(kStep), cuuint32_t(a.bw * a.stride_w),
+                                cuuint32_t(a.bh * a.stride_h), cuuint32_t(a.bn)};
+    if (encode(xmap, map_type<T>(), 4, const_cast<void*>(x), xdims, xstrides, xbox, xstep,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+      return false;
+    }
   }
   const cuuint64_t wdims[2] = {cuuint64_t(taps) * c, cuuint64_t(k)};
   const cuuint64_t wstrides[1] = {cuuint64_t(taps) * c * es};

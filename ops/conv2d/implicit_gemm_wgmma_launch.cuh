@@ -32,7 +32,12 @@ bool launch_wgmma(wgmma_fprop::Args& a, const void* x, const void* w, int h, int
   int tiles = 0;
   for (int i = 0; i < a.phases; ++i) {
     Phase& f = a.ph[i];
-    f.tw = (f.q + a.bw - 1) / a.bw, f.th = (f.p + a.bh - 1) / a.bh, f.tn = (a.n + a.bn - 1) / a.bn;
+    if (a.im2col) {
+      f.tw = int((int64_t(a.n) * f.p * f.q + a.bw - 1) / a.bw), f.th = f.tn = 1;
+    } else {
+      f.tw = (f.q + a.bw - 1) / a.bw, f.th = (f.p + a.bh - 1) / a.bh,
+      f.tn = (a.n + a.bn - 1) / a.bn;
+    }
     f.tiles_begin = tiles;
     tiles += f.tw * f.th * f.tn * n_tiles;
   }
@@ -64,6 +69,8 @@ bool fprop_wgmma(const ConvProblem& pr) {
   a.stride_h = pr.stride_h, a.stride_w = pr.stride_w;
   a.dilation_h = pr.dilation_h, a.dilation_w = pr.dilation_w;
   a.bw = plan.box.bw, a.bh = plan.box.bh, a.bn = plan.box.bn;
+  a.im2col = plan.im2col;
+  if (a.im2col) a.bw = 128, a.bh = a.bn = 1;
   a.phases = 1;
   Phase& f = a.ph[0];
   f.p = pr.p, f.q = pr.q, f.r = pr.r, f.s = pr.s, f.pad_h = pr.pad_h, f.pad_w = pr.pad_w;

@@ -2,7 +2,8 @@
 fed by TMA on sm_90 devices): dense windows larger than 1x1 with 256 or more
 input channels, channels_last float32 under TF32 (its only route), against F.conv2d in float64, the kernel seen
 running in the profiler (implicit_gemm.h, wgmma_fprop_plan); boxes of output
-positions that do and do not divide the plane, the split-K sum with
+positions that do and do not divide the plane, rows of consecutive positions
+(TMA's im2col mode) across rows and images, the split-K sum with
 conv2d_fused's epilogue, a CUDA graph, and the problems the plan leaves to
 the other kernels. Skipped on other devices, where the sm80-style kernels
 (test_conv2d_implicit_gemm.py) run these cases."""
@@ -141,6 +142,46 @@ def test_hopper_forward_in_a_cuda_graph(layer, gen):
     finally:
         torch.backends.cudnn.allow_tf32 = saved
     check(out, x, w, b, st, pd, dl, torch.float32, layer)
+
+
+# Layers whose tiles are rows of 128 consecutive output positions (TMA's
+# im2col mode; wgmma_fprop_plan takes it where it saves a round of tiles over
+# the H100's and H200's 132 multiprocessors, by its tile counts box / rows of
+# positions): 5 images of 30x30 with 1000 output channels (400 / 288 tiles),
+# stride 2 with uneven padding and dilation (396 / 207), a 67x67 plane (402 /
+# 213), a 5x3 window with uneven padding and dilation (180 / 99). Tiles
+# cross images, the last one partly outside the output.
+IM2COL_LAYERS = {
+    "30x30-k1000": dict(n=5, c=256, k=1000, size=(30, 30), kernel=(3, 3), stride=(1, 1), padding=(1, 1),
+                        dilation=(1, 1)),
+    "131-s2-d12": dict(n=2, c=288, k=384, size=(131, 131), kernel=(3, 3), stride=(2, 2), padding=(1, 2),
+                       dilation=(1, 2)),
+    "67x67": dict(n=2, c=256, k=384, size=(67, 67), kernel=(3, 3), stride=(1, 1), padding=(1, 1),
+                  dilation=(1, 1)),
+    "5x3-d12": dict(n=3, c=320, k=264, size=(40, 33), kernel=(5, 3), stride=(1, 1), padding=(2, 3),
+                    dilation=(1, 2)),
+}
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
+@pytest.mark.parametrize("layer", list(IM2COL_LAYERS))
+def test_hopper_forward_rows_of_positions(layer, fused, gen, seed):
+    L = IM2COL_LAYERS[layer]
+    dtype = torch.float32
+    x = make_tensor((L["n"], L["c"], *L["size"]), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((L["k"], L["c"], *L["kernel"]), dtype, "cuda", "channels_last", gen)
+    b = make_tensor((L["k"],), dtype, "cuda", gen=gen)
+    args = (list(L["stride"]), list(L["padding"]), list(L["dilation"]), 1)
+    ctx = f"seed={seed} {layer} fused={fused}"
+    if fused:
+        out_size = F.conv2d(x[:1, :1], w[:1, :1], None, *args[:3]).shape[2:]
+        r = make_tensor((L["n"], L["k"], *out_size), dtype, "cuda", "channels_last", gen)
+        got, ran = run_with_tf32(lambda: ops.conv2d_fused(x, w, b, *args, "silu", r))
+        check(got, x, w, b, L["stride"], L["padding"], L["dilation"], dtype, ctx, r, "silu")
+    else:
+        got, ran = run_with_tf32(lambda: ops.conv2d(x, w, b, *args))
+        check(got, x, w, b, L["stride"], L["padding"], L["dilation"], dtype, ctx)
+    assert ran is not False, ctx
 
 
 def test_hopper_forward_declines_what_it_does_not_take(gen):
