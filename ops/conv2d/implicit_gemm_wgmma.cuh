@@ -49,11 +49,12 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "ops/common/activation.h"
 #include "ops/common/pair_io.cuh"
-#include "ops/conv2d/wgmma_plan.h"
 #include "ops/conv2d/wgmma.cuh"
+#include "ops/conv2d/wgmma_plan.h"
 
 namespace customconv::implicit_gemm::wgmma_fprop {
 
@@ -145,6 +146,70 @@ __device__ __forceinline__ void load_im2col(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// Calls fn(std::integral_constant<Activation, act>{}) for the run-time
+// activation act.
+template <typename Fn>
+__device__ __forceinline__ void with_activation(Activation act, Fn&& fn) {
+  using A = Activation;
+  switch (act) {
+    case A::kRelu:
+      return fn(std::integral_constant<A, A::kRelu>{});
+    case A::kRelu6:
+      return fn(std::integral_constant<A, A::kRelu6>{});
+    case A::kSilu:
+      return fn(std::integral_constant<A, A::kSilu>{});
+    case A::kHardswish:
+      return fn(std::integral_constant<A, A::kHardswish>{});
+    case A::kGelu:
+      return fn(std::integral_constant<A, A::kGelu>{});
+    case A::kSigmoid:
+      return fn(std::integral_constant<A, A::kSigmoid>{});
+    case A::kIdentity:
+      break;
+  }
+  return fn(std::integral_constant<A, A::kIdentity>{});
+}
+
+// Stores a tile's accumulators from registers (pairs of output channels; a
+// thread's two rows at offs, -1 outside): as float32 partial sums of slice z
+// (kPartial), or with the bias, the residual (kResidual) and the activation.
+// One variant per call, chosen once per tile: with the activation's switch
+// and every option inlined at each of a thread's 64 elements the epilogue
+// came to some 10 000 instructions, which each call fetched from memory once
+// the L2 cache had been evicted (about 7 us of a 35 us layer on an H100;
+// bench/NOTES.md).
+template <typename T, int kN, Activation kAct, bool kResidual, bool kPartial>
+__device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[kN / 2],
+                                           const int (&offs)[2], int col0, int z, int positions) {
+  const T* bias = static_cast<const T*>(a.bias);
+  const T* residual = static_cast<const T*>(a.residual);
+  T* y = static_cast<T*>(a.y);
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+    const int col = col0 + 8 * j;
+    if (col >= a.k) continue;
+    float2 b = make_float2(0.f, 0.f);
+    if (!kPartial && bias != nullptr) b = load_pair(bias + col);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (offs[h] < 0) continue;
+      const int off = offs[h] + col;
+      float lo = acc[4 * j + 2 * h], hi = acc[4 * j + 2 * h + 1];
+      if constexpr (kPartial) {
+        *reinterpret_cast<float2*>(a.partial + int64_t(z) * positions * a.k + off) =
+            make_float2(lo, hi);
+      } else {
+        lo += b.x, hi += b.y;
+        if constexpr (kResidual) {
+          const float2 r = load_pair(residual + off);
+          lo += r.x, hi += r.y;
+        }
+        store_pair(y + off, activate(kAct, lo), activate(kAct, hi));
+      }
+    }
+  }
+}
+
 // Requires: c a multiple of Tile::kStep, k of 8, the maps of make_maps below,
 // Tile::kSmemBytes of dynamic shared memory, any number of blocks.
 template <typename T, int kM, int kN, int kStages>
@@ -220,9 +285,6 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
 
   // Consumers.
   const int group = tid / 128, warp = (tid & 127) >> 5, lane = tid & 31;
-  const T* bias = static_cast<const T*>(a.bias);
-  const T* residual = static_cast<const T*>(a.residual);
-  T* y = static_cast<T*>(a.y);
   const int box_rows = a.bw * a.bh * a.bn;
   int it = 0;
   float acc[Cfg::kRegs];
@@ -275,29 +337,17 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
     }
     const int positions = a.n * f.p * f.q;  // (split > 1: one phase, packed)
     const int col0 = nt * kN + 2 * (lane & 3);
-#pragma unroll
-    for (int j = 0; j < kN / 8; ++j) {
-      const int col = col0 + 8 * j;
-      if (col >= a.k) continue;
-      float2 b = make_float2(0.f, 0.f);
-      if (bias != nullptr && a.split == 1) b = load_pair(bias + col);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (offs[h] < 0) continue;
-        const int off = offs[h] + col;
-        float lo = acc[4 * j + 2 * h], hi = acc[4 * j + 2 * h + 1];
-        if (a.split > 1) {
-          *reinterpret_cast<float2*>(a.partial + int64_t(z) * positions * a.k + off) = make_float2(lo, hi);
-          continue;
-        }
-        lo += b.x, hi += b.y;
-        if (residual != nullptr) {
-          const float2 r = load_pair(residual + off);
-          lo += r.x, hi += r.y;
-        }
-        if (a.activation != Activation::kIdentity) lo = activate(a.activation, lo), hi = activate(a.activation, hi);
-        store_pair(y + off, lo, hi);
-      }
+    using A = Activation;
+    if (a.split > 1) {
+      store_tile<T, kN, A::kIdentity, false, true>(a, acc, offs, col0, z, positions);
+    } else if (a.residual != nullptr) {
+      with_activation(a.activation, [&](auto act) {
+        store_tile<T, kN, decltype(act)::value, true, false>(a, acc, offs, col0, z, positions);
+      });
+    } else {
+      with_activation(a.activation, [&](auto act) {
+        store_tile<T, kN, decltype(act)::value, false, false>(a, acc, offs, col0, z, positions);
+      });
     }
   }
 #endif
