@@ -44,7 +44,7 @@
 //   forward      the fprop kernel; on small planes (128 x 128 output tiles
 //                for at most half the multiprocessors) its reduction split
 //                into float32 partial outputs, added in order with the bias;
-//                on sm_90 in float32 (TF32) with 256 or more input channels,
+//                on sm_90 in float32 (TF32) with 128 or more input channels,
 //                our Hopper kernel (fprop_sm90_f32 below), and in 16-bit
 //                without bias or epilogue where the reduction would split,
 //                CUTLASS 3's Hopper kernel in one pass (fprop_sm90_f16/bf16);
@@ -208,14 +208,16 @@ bool fprop_sm90_f32(const ConvProblem& problem);
 
 // Whether the Hopper forward takes a problem, its box of output positions
 // per 128 x 128 tile and its reduction slices: dense layers (groups 1) with
-// windows larger than 1x1, packed NHWC input, float32 under TF32 with 256 or
-// more input channels (8 or more 128-byte reduction steps a tap), K a multiple
+// windows larger than 1x1, packed NHWC input, float32 under TF32 with 128 or
+// more input channels (4 or more 128-byte reduction steps a tap), K a multiple
 // of 8 and strides up to 8; the reduction split in two where the tiles fill at most half the
 // multiprocessors. On an H100, with the L2 cache evicted before each call
 // (as bench.py times), it took ResNet-50's 256- and 512-channel 3x3 layers
-// at N=32 from 46-56 us to 43-46 (cuDNN 32-40). In 16-bit, and below 256
-// channels, the sm80-style kernels measured as fast or faster that way, and
-// keep those layers (bench/NOTES.md). Tiles are boxes of output positions
+// at N=32 from 46-56 us to 43-46 (cuDNN 32-40), and since its epilogue is
+// compiled per activation (store_tile), its 128-channel ones too (28x28: 50.8
+// -> 44.8 us, cuDNN 33.0; 56x56 stride 2: 52.2 -> 50.7, cuDNN 34.3). In
+// 16-bit, and at 64 channels, the sm80-style kernels measured as fast or
+// faster that way, and keep those layers (bench/NOTES.md). Tiles are boxes of output positions
 // (choose_box), or 128 consecutive positions (im2col) where that takes fewer
 // rounds of tiles over the multiprocessors: on an H100 at N=32, float32, us,
 // boxes -> rows: 1024 channels at 14x14 460 -> 370 (cuDNN 358), 512 at
@@ -229,7 +231,7 @@ struct WgmmaPlan {
 };
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   if (element_size != 4 || pr.groups != 1 || (pr.r == 1 && pr.s == 1) || pr.input_strides[0] != 0 ||
-      pr.c < 256 || pr.c % 32 != 0 || pr.k % 8 != 0 || pr.stride_h > 8 || pr.stride_w > 8) {
+      pr.c < 128 || pr.c % 32 != 0 || pr.k % 8 != 0 || pr.stride_h > 8 || pr.stride_w > 8) {
     return {false, 1, {}, false};
   }
   // im2col's window corners are 8-bit, its tap offsets 8-bit unsigned.

@@ -1,5 +1,5 @@
 """conv2d's Hopper forward (ops/conv2d/implicit_gemm_wgmma.cuh: warpgroup MMA
-fed by TMA on sm_90 devices): dense windows larger than 1x1 with 256 or more
+fed by TMA on sm_90 devices): dense windows larger than 1x1 with 128 or more
 input channels, channels_last float32 under TF32 (its only route), against F.conv2d in float64, the kernel seen
 running in the profiler (implicit_gemm.h, wgmma_fprop_plan); boxes of output
 positions that do and do not divide the plane, rows of consecutive positions
@@ -69,7 +69,7 @@ def test_hopper_forward_matches_torch_on_random_configs(idx, rng, gen, seed):
     # whose sides rarely divide the box, split in two or not.
     kernel, stride, dilation, padding, size = random_hopper_window(rng, [1, 2, 3, 5, 7], [2, 3, 3, 5], 16)
     dtype = torch.float32
-    c = 256 + 32 * rng.randint(0, 4)
+    c = rng.choice([128, 160, 256, 288, 320])
     k = 8 * rng.randint(1, 16)
     x = make_tensor((rng.randint(1, 3), c, *size), dtype, "cuda", "channels_last", gen)
     w = make_tensor((k, c, *kernel), dtype, "cuda", rng.choice(["contiguous", "channels_last"]), gen)
@@ -80,11 +80,13 @@ def test_hopper_forward_matches_torch_on_random_configs(idx, rng, gen, seed):
     check(got, x, w, b, stride, padding, dilation, dtype, ctx)
 
 
-# Layers the plan takes: ResNet-50's 3x3 layers with 256 and 512 channels
+# Layers the plan takes: ResNet-50's 3x3 layers with 128, 256 and 512 channels
 # (small planes split in two, at N=2; 14x14 at N=32 not), a plane wider
 # than a box's 128 rows, a plane the box does not divide, 5x5 with dilation.
 PLAN_LAYERS = {
     "256-14x14": dict(n=32, c=256, k=256, size=14, kernel=3, stride=1, padding=1, dilation=1),
+    "128-28x28": dict(n=32, c=128, k=128, size=28, kernel=3, stride=1, padding=1, dilation=1),
+    "128-56-s2": dict(n=4, c=128, k=128, size=56, kernel=3, stride=2, padding=1, dilation=1),
     "256-150x9": dict(n=1, c=256, k=64, size=(9, 150), kernel=3, stride=1, padding=1, dilation=1),
     "512-7x7": dict(n=2, c=512, k=512, size=7, kernel=3, stride=1, padding=1, dilation=1),
     "512-14-s2": dict(n=2, c=512, k=512, size=14, kernel=3, stride=2, padding=1, dilation=1),
@@ -185,12 +187,12 @@ def test_hopper_forward_rows_of_positions(layer, fused, gen, seed):
 
 
 def test_hopper_forward_declines_what_it_does_not_take(gen):
-    # 16-bit, 1x1 windows, fewer than 256 channels, groups and exact float32
+    # 16-bit, 1x1 windows, fewer than 128 channels, groups and exact float32
     # keep their routes (the results still right).
     cases = [((2, 256, 7, 7), (64, 256, 3, 3), 1, torch.float16, True),
              ((2, 256, 7, 7), (64, 256, 3, 3), 1, torch.bfloat16, True),
              ((2, 256, 7, 7), (32, 256, 1, 1), 1, torch.float32, True),
-             ((2, 128, 7, 7), (64, 128, 3, 3), 1, torch.float32, True),
+             ((2, 64, 7, 7), (64, 64, 3, 3), 1, torch.float32, True),
              ((2, 512, 7, 7), (256, 256, 3, 3), 2, torch.float16, True),
              ((2, 256, 7, 7), (64, 256, 3, 3), 1, torch.float32, False)]
     for xs, ws, groups, dtype, tf32 in cases:
