@@ -91,6 +91,19 @@ struct Args {
   Activation activation;
 };
 
+// Output position m of phase f, counted in (n, p, q) order (im2col tiles).
+struct Position {
+  int n, oh, ow;
+};
+__device__ __forceinline__ Position position_of(const Phase& f, int m) {
+  const int plane = f.p * f.q;
+  Position x;
+  x.n = m / plane;
+  const int in_plane = m - x.n * plane;
+  x.oh = in_plane / f.q, x.ow = in_plane - x.oh * f.q;
+  return x;
+}
+
 // The phase of tile u (of one slice).
 __device__ __forceinline__ Phase phase_of(const Args& a, int u) {
   Phase f = a.ph[0];
@@ -248,10 +261,8 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
                 n0 = (box / (f.tw * f.th)) * a.bn;
       int w0 = ow0 * a.stride_w - f.pad_w, h0 = oh0 * a.stride_h - f.pad_h, img = n0;
       if (a.im2col) {  // the first position's window corner
-        const int plane = f.p * f.q;
-        img = ow0 / plane;
-        const int oh = (ow0 - img * plane) / f.q, ow = ow0 - img * plane - oh * f.q;
-        w0 = ow * a.stride_w - f.pad_w, h0 = oh * a.stride_h - f.pad_h;
+        const Position x = position_of(f, ow0);
+        img = x.n, w0 = x.ow * a.stride_w - f.pad_w, h0 = x.oh * a.stride_h - f.pad_h;
       }
       const int all_steps = f.r * f.s * a.c / Cfg::kStep;
       const int first = int(int64_t(all_steps) * z / a.split);
@@ -326,8 +337,8 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
       const int row = group * 64 + warp * 16 + (lane >> 2) + 8 * h;
       int ow, oh, nn;
       if (a.im2col) {
-        const int m = ow0 + row, plane = f.p * f.q;
-        nn = m / plane, oh = (m - nn * plane) / f.q, ow = m - nn * plane - oh * f.q;
+        const Position x = position_of(f, ow0 + row);
+        nn = x.n, oh = x.oh, ow = x.ow;
       } else {
         ow = ow0 + row % a.bw, oh = oh0 + (row / a.bw) % a.bh, nn = n0 + row / (a.bw * a.bh);
       }
@@ -365,8 +376,8 @@ using EncodeIm2col = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t,
                                   CUtensorMapSwizzle, CUtensorMapL2promotion,
                                   CUtensorMapFloatOOBfill);
 
-// The driver's entry point `name`, found once per caller (null where the
-// driver lacks it).
+// The driver's entry point `name` (null where the driver lacks it); the
+// encoders below look theirs up once.
 inline void* driver_entry(const char* name) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult q{};
