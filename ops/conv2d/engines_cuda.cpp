@@ -162,6 +162,8 @@ std::optional<at::Tensor> cuda_conv2d_grad_input_engine(const at::Tensor& grad_o
 #endif
     return grouped_direct_conv2d_grad_input(grad_output, input, weight, s);
   }
+  // RGB stems (stem_direct.h): no column buffer.
+  if (auto gi = stem_direct_conv2d_grad_input_cuda(grad_output, input, weight, s)) return gi;
   if (strided_pointwise_route(input, s)) {
     auto gi = strided_pointwise_conv2d_grad_input_cuda(grad_output, input, weight, s);
     if (gi) return gi;

@@ -1,4 +1,5 @@
-// conv2d's forward of RGB stems with 3x3 windows on CUDA cores.
+// conv2d's forward of RGB stems with 3x3 windows, and the input gradient of
+// stems of any window, on CUDA cores.
 //
 // The first layer of MobileNet, EfficientNet and RegNet (3 -> 16..64
 // channels, 3x3, stride 2, at 224x224) is 27 multiply-adds an output: too
@@ -29,5 +30,25 @@ std::optional<at::Tensor> stem_direct_conv2d_cuda(const at::Tensor& input, const
                                                   const std::optional<at::Tensor>& bias,
                                                   const Conv2dShape<int64_t>& s,
                                                   Activation activation);
+
+// The input gradient of a layer with 1 to 4 input channels (ResNet's 7x7 RGB
+// stem, the 3x3 stems above), where the implicit GEMMs have no tensor-core
+// tiles to fill and the column route would hold the whole im2col matrix
+// (N*P*Q x C*kh*kw: 236 MB for ResNet-50's stem at N=32 in float32).
+// Each input position gathers the taps that reach it, a warp's lanes split
+// between output channels and positions so that their loads of grad_output
+// are contiguous, with float32 sums (stem_grad_input_cuda.cu); no buffer
+// beyond the result and a packed copy of the weight.
+//
+// Takes: CUDA, batched, groups 1, 1 to 4 input channels, any window, stride,
+// padding and dilation, windows of at most 32 x 32 taps, float16, bfloat16
+// or float32 (exact, not TF32); in channels_last a multiple of 4 output
+// channels, in NCHW windows of at most 16 taps (stem_grad_input_cuda.cu says
+// why); nullopt otherwise. The result takes conv2d_output_format; grad_output is
+// read in that format.
+std::optional<at::Tensor> stem_direct_conv2d_grad_input_cuda(const at::Tensor& grad_output,
+                                                             const at::Tensor& input,
+                                                             const at::Tensor& weight,
+                                                             const Conv2dShape<int64_t>& s);
 
 }  // namespace customconv
