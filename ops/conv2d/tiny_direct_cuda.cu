@@ -89,7 +89,15 @@ bool takes(const at::Tensor& input, const at::Tensor& weight, const Conv2dShape<
   }
   const int64_t reduction = s.in.c / s.groups * s.win.kh * s.win.kw;
   const int64_t outputs = s.in.n * s.k * s.oh * s.ow;
-  // (Indices are 32-bit: the input's too, bounded here.)
+  // (Indices are 32-bit: the input's too, and each term of a tap's input
+  // row and column, oy * sh - ph + i * dh, bounded here so that their sum
+  // fits: padding and dilation of 2^40 reach the input only through the
+  // other routes' 64-bit arithmetic.)
+  constexpr int64_t kMaxTerm = std::numeric_limits<int>::max() / 4;
+  const Window2d& w = s.win;
+  for (int64_t term : {s.oh * w.sh, s.ow * w.sw, w.ph, w.pw, (w.kh - 1) * w.dh, (w.kw - 1) * w.dw}) {
+    if (term > kMaxTerm) return false;
+  }
   return reduction > 0 && reduction <= kTinyDirectReduction && outputs * reduction <= kTinyDirectMacs &&
          input.numel() <= std::numeric_limits<int>::max();
 }
@@ -107,7 +115,8 @@ std::optional<at::Tensor> tiny_direct_conv2d_cuda(const at::Tensor& input, const
   const bool has_bias = bias.has_value() && bias->defined();
   const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
   // Every extent fits in int (takes): the outputs and the reduction are
-  // bounded by kTinyDirectMacs, the input by its element count.
+  // bounded by kTinyDirectMacs, the input by its element count, the
+  // window's stride, padding and dilation by the check there.
   const Window2d& k = s.win;
   const Geometry g{int(s.in.n), int(s.in.c), int(s.in.h), int(s.in.w), int(s.k), int(s.oh), int(s.ow),
                    int(s.in.c / s.groups), int(s.k / s.groups), int(k.kh), int(k.kw), int(k.sh), int(k.sw),
