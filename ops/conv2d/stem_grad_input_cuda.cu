@@ -7,7 +7,6 @@
 #include <limits>
 #include <type_traits>
 
-#include "ops/common/launch.h"
 #include "ops/conv2d/stem_direct.h"
 
 namespace customconv {
@@ -279,10 +278,10 @@ std::optional<at::Tensor> stem_direct_conv2d_grad_input_cuda(const at::Tensor& g
   const c10::cuda::CUDAGuard guard(input.device());
   const auto format = conv2d_output_format(input, weight);
   const bool channels_last = format == at::MemoryFormat::ChannelsLast;
+  if (!channels_last && s.win.kh * s.win.kw > kMaxNchwTaps) return std::nullopt;
   // grad_output in the gradient's format (a copy only where autograd hands
   // over another); in channels_last, whole vectors of 4 channels. The
   // weight is read through its strides into the packed copy.
-  if (!channels_last && s.win.kh * s.win.kw > kMaxNchwTaps) return std::nullopt;
   const at::Tensor go = grad_output.contiguous(format);
   if (channels_last &&
       (s.k % 4 != 0 ||
