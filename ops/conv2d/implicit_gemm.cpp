@@ -6,6 +6,7 @@
 
 #include "ops/common/launch.h"
 #include "ops/common/relayout_cuda.h"
+#include "ops/conv2d/block_diagonal_weight.h"
 #include "ops/conv2d/conv2d.h"
 #include "ops/conv2d/rotated_weight.h"
 #include "ops/conv2d/space_to_depth_cuda.h"
@@ -338,18 +339,10 @@ std::optional<Operand> prepare(const at::Tensor& t, const Conv2dShape<int64_t>& 
 }
 
 // The weight (K, C/groups, kh, kw) of groups merged gs at a time, as the
-// weight of groups/gs groups: (K, gs*C/groups, kh, kw) stored channels_last,
-// each output channel's taps at its own group's channels of the merged group,
-// zeros at the others'.
+// weight of groups/gs groups (block_diagonal_weight.h), stored channels_last.
 at::Tensor block_diagonal(const at::Tensor& weight, int64_t groups, int64_t gs) {
   if (gs == 1) return weight;
-  const int64_t k = weight.size(0), cg = weight.size(1), r = weight.size(2), s = weight.size(3);
-  const int64_t merged = groups / gs, kg = k / groups;
-  at::Tensor krsc = at::zeros({k, r, s, gs * cg}, weight.options());
-  krsc.view({merged, gs, kg, r, s, gs, cg})
-      .diagonal(0, 1, 5)  // (merged, kg, r, s, cg, gs): group j*gs+l's channels of merged group j
-      .copy_(weight.permute({0, 2, 3, 1}).reshape({merged, gs, kg, r, s, cg}).permute({0, 2, 3, 4, 5, 1}));
-  return krsc.permute({0, 3, 1, 2});
+  return block_diagonal_weight_cuda(weight, groups, gs);
 }
 
 at::Tensor in_format(const at::Tensor& t, const at::Tensor& input, const at::Tensor& weight) {

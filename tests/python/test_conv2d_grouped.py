@@ -13,7 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import ConvConfig, capture_and_replay, check_conv_case, conv2d_call, cuda, make_tensor, ops
+from testlib import (ConvConfig, capture_and_replay, check_conv_case, conv2d_call, cuda, kernels_launched,
+                     make_tensor, ops)
 
 pytestmark = cuda
 
@@ -164,6 +165,39 @@ def test_grouped_float32_under_tf32(layer, gen):
     bound = F.conv2d(x.double().abs(), w.double().abs(), None, s, ks // 2, 1, groups)
     assert got.is_contiguous(memory_format=torch.channels_last)
     assert ((got.double() - want).abs() <= 2.0**-9 * bound + 1e-6).all()
+
+
+@pytest.mark.parametrize("weight_layout", ["contiguous", "channels_last", "transposed", "sliced"])
+@pytest.mark.parametrize("layer", ["resnext-4pg", "resnext-8pg-s2", "resnext-32pg-s2"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_merged_groups_weight_in_one_pass(dtype, layer, weight_layout, gen):
+    # The implicit GEMM's grouped routes multiply a block-diagonal weight:
+    # groups merged into 32-channel ones for the forward, the whole dense
+    # weight for the float32 input gradient of up to 32 groups. One kernel
+    # writes it from a weight of any strides (no zero fill and copy).
+    # float32 under TF32, as PyTorch's policy allows by default.
+    c, k, groups, ks, s, h = LAYERS[layer]
+    x = make_tensor((2, c, h, h), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((k, c // groups, ks, ks), dtype, "cuda", weight_layout, gen)
+    go = make_tensor((2, k, (h - 1) // s + 1, (h - 1) // s + 1), dtype, "cuda", "channels_last", gen)
+    args = ([s, s], [1, 1], [1, 1], groups)
+    tol = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-9
+    saved = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = True
+        launched = kernels_launched(lambda: ops.conv2d(x, w, None, *args))
+        got = ops.conv2d(x, w, None, *args)
+        gi = ops.conv2d_grad_input(go, x, w, *args)
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    if c // groups < 32 and "cutlass" in launched:  # merged groups (the tiled kernel takes some layers)
+        assert "block_diagonal_kernel" in launched and "at::native" not in launched, launched
+    want = F.conv2d(x.double(), w.double(), None, s, 1, 1, groups)
+    bound = F.conv2d(x.double().abs(), w.double().abs(), None, s, 1, 1, groups)
+    assert ((got.double() - want).abs() <= tol * bound + 1e-6).all()
+    gi_want = torch.nn.grad.conv2d_input(x.shape, w.double(), go.double(), s, 1, 1, groups)
+    gi_bound = torch.nn.grad.conv2d_input(x.shape, w.double().abs(), go.double().abs(), s, 1, 1, groups)
+    assert ((gi.double() - gi_want).abs() <= tol * gi_bound + 1e-6).all()
 
 
 @pytest.mark.parametrize("dtype, groups, direct", [(torch.float16, 32, True), (torch.bfloat16, 32, True),
