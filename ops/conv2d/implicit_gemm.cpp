@@ -549,10 +549,13 @@ std::optional<at::Tensor> grad_input_as_hopper_forward(const at::Tensor& go,
 // it measured slower (bench/NOTES.md), so wgmma_dgrad_phases_take asks for
 // 512. In 16-bit it measured no faster with
 // the L2 evicted (512 channels 44.8 -> 44.6, 768 channels 71.3 -> 74.5), so
-// those keep CUTLASS's kernel. nullopt where the route does not apply.
+// those keep CUTLASS's kernel. nullopt where the route does not apply. With
+// groups > 1, `weight` is a grouped layer's and `s` the shape of the dense
+// problem with its block-diagonal weight, whose phases' weight is written
+// straight from the grouped one (phase_weight_cuda).
 std::optional<at::Tensor> grad_input_by_hopper_phases(const at::Tensor& go, const at::Tensor& input,
                                                       const at::Tensor& weight,
-                                                      const Conv2dShape<int64_t>& s) {
+                                                      const Conv2dShape<int64_t>& s, int64_t groups = 1) {
   if (input.scalar_type() != at::kFloat || !is_sm90(input.get_device()) ||
       !go.is_contiguous(kChannelsLast)) {
     return std::nullopt;
@@ -562,7 +565,7 @@ std::optional<at::Tensor> grad_input_by_hopper_phases(const at::Tensor& go, cons
   const implicit_gemm::StridePhases sp = implicit_gemm::stride_phases(
       pr.h, pr.w, pr.c, pr.r, pr.s, pr.pad_h, pr.pad_w, pr.stride_h, pr.stride_w);
   if (sp.phases.empty()) return std::nullopt;
-  const at::Tensor w = phase_weight_cuda(weight, sp.taps);
+  const at::Tensor w = phase_weight_cuda(weight, sp.taps, groups);
   at::Tensor gi = empty_channels_last(input, s.in.n, s.in.c, s.in.h, s.in.w);
   pr.input = gi.mutable_data_ptr();
   pr.weight = const_cast<void*>(w.const_data_ptr());
@@ -655,6 +658,15 @@ std::optional<at::Tensor> implicit_gemm_grouped_conv2d_grad_input(const at::Tens
   if (!dense_grouped(s) || !takes_dtype(input)) return std::nullopt;
   Conv2dShape<int64_t> dense = s;
   dense.groups = 1;
+#ifdef CUSTOMCONV_WITH_SM90A
+  // The strided float32 layers by stride phases, without the dense weight.
+  if (grad_output.is_contiguous(kChannelsLast) && aligned16(grad_output) &&
+      s.in.c % channel_multiple(input) == 0 && s.in.n * s.in.h * s.in.w > 0 && s.oh * s.ow > 0) {
+    const c10::cuda::CUDAGuard guard(input.device());
+    if (auto gi = grad_input_by_hopper_phases(grad_output, input, weight, dense, s.groups))
+      return in_format(*gi, input, weight);
+  }
+#endif
   const at::Tensor full = block_diagonal(weight, s.groups, s.groups);  // (K, C, kh, kw)
   auto gi = implicit_gemm_conv2d_grad_input(grad_output, input, full, dense);
   if (!gi) return std::nullopt;

@@ -23,7 +23,10 @@ at::Tensor rotated_weight_cpu(const at::Tensor& weight);
 // taps[t] (= i * kw + j),
 //   out[c][t][k] = weight[k][c][i][j],
 // as the strided input gradient's phases read it (implicit_gemm.h's
-// dgrad_phases_sm90_f32). At most 64 slots; one kernel.
-at::Tensor phase_weight_cuda(const at::Tensor& weight, const std::vector<int>& taps);
+// dgrad_phases_sm90_f32). At most 64 slots; one kernel. With groups > 1 the
+// weight is a grouped layer's (K, C/groups, kh, kw) and the result the
+// (C, slots, K) one of the dense layer with that block-diagonal weight
+// (zeros between groups), written without the dense weight.
+at::Tensor phase_weight_cuda(const at::Tensor& weight, const std::vector<int>& taps, int64_t groups = 1);
 
 }  // namespace customconv

@@ -28,18 +28,25 @@ struct TapTable {
 // Block (c tile, k tile, slot): 32 x 32 (k, c) pairs of one output slot t.
 // Thread (x, y) reads weight[k0 + y + 8 m][c0 + x] at the slot's tap into
 // shared memory (along c: coalesced where the weight is channels_last), then
-// writes out[c0 + y + 8 m][t][k0 + x] (along k: coalesced), m = 0..3.
+// writes out[c0 + y + 8 m][t][k0 + x] (along k: coalesced), m = 0..3. With
+// groups (kg output and cg input channels each), a pair of different groups
+// is a zero and the weight is read at the channel's place in its group.
 template <typename T>
 __global__ void transposed_taps_kernel(const T* __restrict__ w, T* __restrict__ out, int k, int c,
-                                       int kw, int slots, const __grid_constant__ TapTable table,
-                                       int64_t sk, int64_t sc, int64_t sh, int64_t sw) {
+                                       int kg, int cg, int kw, int slots,
+                                       const __grid_constant__ TapTable table, int64_t sk,
+                                       int64_t sc, int64_t sh, int64_t sw) {
   __shared__ T tile[kTile][kTile + 1];
   const int c0 = blockIdx.x * kTile, k0 = blockIdx.y * kTile, slot = blockIdx.z;
   const int tap = table.count > 0 ? int(table.from[slot]) : slots - 1 - slot;
   const int64_t from = int64_t(tap / kw) * sh + int64_t(tap % kw) * sw;
   for (int m = threadIdx.y; m < kTile; m += kRows) {
     const int kk = k0 + m, cc = c0 + threadIdx.x;
-    if (kk < k && cc < c) tile[m][threadIdx.x] = w[kk * sk + cc * sc + from];
+    if (kk < k && cc < c) {
+      const int group = kk / kg;
+      tile[m][threadIdx.x] =
+          cc / cg == group ? w[kk * sk + (cc - group * cg) * sc + from] : T(0);
+    }
   }
   __syncthreads();
   for (int m = threadIdx.y; m < kTile; m += kRows) {
@@ -48,10 +55,11 @@ __global__ void transposed_taps_kernel(const T* __restrict__ w, T* __restrict__ 
   }
 }
 
-// out (C, slots, K in memory) from weight, slot t holding the tap `table` names.
+// out (C, slots, K in memory) from weight (groups of K / groups output and
+// weight.size(1) input channels), slot t holding the tap `table` names.
 void transposed_taps(const at::Tensor& weight, const at::Tensor& out, int64_t slots,
-                     const TapTable& table) {
-  const int64_t k = weight.size(0), c = weight.size(1), kw = weight.size(3);
+                     const TapTable& table, int64_t groups = 1) {
+  const int64_t k = weight.size(0), cg = weight.size(1), c = groups * cg, kw = weight.size(3);
   if (out.numel() == 0) return;
   TORCH_CHECK((k + kTile - 1) / kTile <= 65535 && c < (int64_t(1) << 31) / kTile && slots <= 65535,
               "rotated_weight_cuda: weight too large");
@@ -63,7 +71,7 @@ void transposed_taps(const at::Tensor& weight, const at::Tensor& out, int64_t sl
       at::kHalf, at::kBFloat16, weight.scalar_type(), "rotated_weight_cuda", [&] {
         transposed_taps_kernel<scalar_t><<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(
             weight.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), int(k), int(c),
-            int(kw), int(slots), table, weight.stride(0), weight.stride(1), weight.stride(2),
+            int(k / groups), int(cg), int(kw), int(slots), table, weight.stride(0), weight.stride(1), weight.stride(2),
             weight.stride(3));
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
@@ -80,8 +88,10 @@ at::Tensor rotated_weight_cuda(const at::Tensor& weight) {
   return out;
 }
 
-at::Tensor phase_weight_cuda(const at::Tensor& weight, const std::vector<int>& taps) {
+at::Tensor phase_weight_cuda(const at::Tensor& weight, const std::vector<int>& taps, int64_t groups) {
   TORCH_CHECK(weight.dim() == 4 && weight.is_cuda(), "phase_weight_cuda: a 4-D CUDA weight");
+  TORCH_CHECK(groups > 0 && weight.size(0) % groups == 0, "phase_weight_cuda: ", weight.size(0),
+              " output channels in ", groups, " groups");
   const int64_t slots = int64_t(taps.size());
   TORCH_CHECK(slots > 0 && slots <= kMaxSlots, "phase_weight_cuda: 1 to ", kMaxSlots, " slots");
   TapTable table;
@@ -91,8 +101,8 @@ at::Tensor phase_weight_cuda(const at::Tensor& weight, const std::vector<int>& t
                 "phase_weight_cuda: tap ", taps[t], " outside the window");
     table.from[t] = uint8_t(taps[t]);
   }
-  at::Tensor out = at::empty({weight.size(1), slots, weight.size(0)}, weight.options());
-  transposed_taps(weight, out, slots, table);
+  at::Tensor out = at::empty({groups * weight.size(1), slots, weight.size(0)}, weight.options());
+  transposed_taps(weight, out, slots, table, groups);
   return out;
 }
 
