@@ -21,9 +21,10 @@ constexpr int kLanes = 32, kRowsPerBlock = 8;  // threads a block: kLanes x kRow
 // weight through its strides; the others are zeros.
 template <typename T>
 __global__ void block_diagonal_kernel(const T* __restrict__ w, T* __restrict__ out, int rows,
-                                      int wide, int kg, int cg, int gs, int taps, int kw, int64_t sk,
-                                      int64_t sc, int64_t sh, int64_t sw) {
-  for (int row = blockIdx.x * kRowsPerBlock + threadIdx.y; row < rows; row += gridDim.x * kRowsPerBlock) {
+                                      int wide, int kg, int cg, int gs, int taps, int kw,
+                                      int64_t sk, int64_t sc, int64_t sh, int64_t sw) {
+  for (int row = blockIdx.x * kRowsPerBlock + threadIdx.y; row < rows;
+       row += gridDim.x * kRowsPerBlock) {
     const int k = row / taps, tap = row - k * taps;
     const int lo = (k / kg) % gs * cg;
     const int64_t from = k * sk + (tap / kw) * sh + (tap % kw) * sw;
@@ -37,7 +38,8 @@ __global__ void block_diagonal_kernel(const T* __restrict__ w, T* __restrict__ o
 }  // namespace
 
 at::Tensor block_diagonal_weight_cuda(const at::Tensor& weight, int64_t groups, int64_t gs) {
-  TORCH_CHECK(weight.dim() == 4 && weight.is_cuda(), "block_diagonal_weight_cuda: a 4-D CUDA weight");
+  TORCH_CHECK(weight.dim() == 4 && weight.is_cuda(),
+              "block_diagonal_weight_cuda: a 4-D CUDA weight");
   const int64_t k = weight.size(0), cg = weight.size(1), kh = weight.size(2), kw = weight.size(3);
   TORCH_CHECK(groups > 0 && gs > 0 && groups % gs == 0 && k % groups == 0,
               "block_diagonal_weight_cuda: ", gs, " of ", groups, " groups merged, ", k,
@@ -51,11 +53,11 @@ at::Tensor block_diagonal_weight_cuda(const at::Tensor& weight, int64_t groups, 
   const int64_t blocks = blocks_for(rows, kRowsPerBlock);
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, weight.scalar_type(), "block_diagonal_weight_cuda", [&] {
-        block_diagonal_kernel<scalar_t>
-            <<<unsigned(blocks), dim3(kLanes, kRowsPerBlock), 0, at::cuda::getCurrentCUDAStream()>>>(
-                weight.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), int(rows),
-                int(gs * cg), int(k / groups), int(cg), int(gs), int(kh * kw), int(kw), weight.stride(0),
-                weight.stride(1), weight.stride(2), weight.stride(3));
+        block_diagonal_kernel<scalar_t><<<unsigned(blocks), dim3(kLanes, kRowsPerBlock), 0,
+                                          at::cuda::getCurrentCUDAStream()>>>(
+            weight.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), int(rows),
+            int(gs * cg), int(k / groups), int(cg), int(gs), int(kh * kw), int(kw),
+            weight.stride(0), weight.stride(1), weight.stride(2), weight.stride(3));
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
   return out;

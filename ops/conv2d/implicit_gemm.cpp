@@ -555,7 +555,8 @@ std::optional<at::Tensor> grad_input_as_hopper_forward(const at::Tensor& go,
 // straight from the grouped one (phase_weight_cuda).
 std::optional<at::Tensor> grad_input_by_hopper_phases(const at::Tensor& go, const at::Tensor& input,
                                                       const at::Tensor& weight,
-                                                      const Conv2dShape<int64_t>& s, int64_t groups = 1) {
+                                                      const Conv2dShape<int64_t>& s,
+                                                      int64_t groups = 1) {
   if (input.scalar_type() != at::kFloat || !is_sm90(input.get_device()) ||
       !go.is_contiguous(kChannelsLast)) {
     return std::nullopt;

@@ -27,6 +27,7 @@ at::Tensor rotated_weight_cpu(const at::Tensor& weight);
 // weight is a grouped layer's (K, C/groups, kh, kw) and the result the
 // (C, slots, K) one of the dense layer with that block-diagonal weight
 // (zeros between groups), written without the dense weight.
-at::Tensor phase_weight_cuda(const at::Tensor& weight, const std::vector<int>& taps, int64_t groups = 1);
+at::Tensor phase_weight_cuda(const at::Tensor& weight, const std::vector<int>& taps,
+                             int64_t groups = 1);
 
 }  // namespace customconv

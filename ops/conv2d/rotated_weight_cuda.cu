@@ -44,8 +44,7 @@ __global__ void transposed_taps_kernel(const T* __restrict__ w, T* __restrict__ 
     const int kk = k0 + m, cc = c0 + threadIdx.x;
     if (kk < k && cc < c) {
       const int group = kk / kg;
-      tile[m][threadIdx.x] =
-          cc / cg == group ? w[kk * sk + (cc - group * cg) * sc + from] : T(0);
+      tile[m][threadIdx.x] = cc / cg == group ? w[kk * sk + (cc - group * cg) * sc + from] : T(0);
     }
   }
   __syncthreads();
@@ -71,8 +70,8 @@ void transposed_taps(const at::Tensor& weight, const at::Tensor& out, int64_t sl
       at::kHalf, at::kBFloat16, weight.scalar_type(), "rotated_weight_cuda", [&] {
         transposed_taps_kernel<scalar_t><<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(
             weight.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), int(k), int(c),
-            int(k / groups), int(cg), int(kw), int(slots), table, weight.stride(0), weight.stride(1), weight.stride(2),
-            weight.stride(3));
+            int(k / groups), int(cg), int(kw), int(slots), table, weight.stride(0),
+            weight.stride(1), weight.stride(2), weight.stride(3));
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
 }
@@ -88,7 +87,8 @@ at::Tensor rotated_weight_cuda(const at::Tensor& weight) {
   return out;
 }
 
-at::Tensor phase_weight_cuda(const at::Tensor& weight, const std::vector<int>& taps, int64_t groups) {
+at::Tensor phase_weight_cuda(const at::Tensor& weight, const std::vector<int>& taps,
+                             int64_t groups) {
   TORCH_CHECK(weight.dim() == 4 && weight.is_cuda(), "phase_weight_cuda: a 4-D CUDA weight");
   TORCH_CHECK(groups > 0 && weight.size(0) % groups == 0, "phase_weight_cuda: ", weight.size(0),
               " output channels in ", groups, " groups");
