@@ -21,18 +21,21 @@ bool pointwise_for_gemm(const Conv2dShape<int64_t>& s) {
 }
 
 // The forward's rule: pointwise_for_gemm, except that float32 channels_last
-// layers of 16 or more input channels and a multiple of 16 output channels
+// layers of 16 or more input channels and a multiple of 8 output channels
 // go to the direct kernel. Measured again at N=8, 2 threads, with the caches
 // evicted before each call, on MobileNetV2's 1x1 layers (ms, GEMM / direct /
 // oneDNN): 16 -> 96 at 112x112 8.5 / 3.4 / 4.6, 24 -> 144 at 56x56 3.7 / 1.7
 // / 2.0, 32 -> 192 at 28x28 1.4 / 1.0 / 1.0, 96 -> 576 at 14x14 2.0 / 1.5 /
 // 1.5; 15 layers together 32.2 / 21.8 / 22.9. The measurement above it was
-// dominated by page faults on fresh outputs, which both routes pay; 24
-// output channels (half-empty 32-lane blocks) stay on the GEMM, 96 -> 24
-// at 56x56 2.1 / 2.3.
+// dominated by page faults on fresh outputs, which both routes pay. Output
+// channels that are a multiple of 8 but not of 16 (a block's last vector part
+// empty) were measured later, same machine and method, GEMM / direct / oneDNN:
+// 144 -> 24 at 56x56 1.63 / 1.42 / 1.17 (in the cache 1.46 / 0.65 / 0.56),
+// 96 -> 24 1.15 / 1.01 / 0.66 (0.83 / 0.43 / 0.42), EfficientNet-B0's
+// 240 -> 40 at 28x28 1.05 / 0.75 / 0.64, 960 -> 40 at 7x7 0.28 / 0.19 / 0.23.
 bool pointwise_forward_for_gemm(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   if (s.win.pointwise() && input.scalar_type() == at::kFloat && s.in.batched && s.in.c >= 16 &&
-      s.k % 16 == 0 && input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+      s.k % 8 == 0 && input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
     return false;
   }
   return pointwise_for_gemm(s);
