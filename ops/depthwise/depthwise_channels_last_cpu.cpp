@@ -143,27 +143,29 @@ __attribute__((always_inline)) inline void activate_positions(Activation act, fl
   for (int64_t x = x0; x < x1; ++x) activate_floats(act, orow + x * d.c, c16);
 }
 
-// forward_block_inside for stride 1, no dilation and a KW-wide window: each
-// window row's P + KW - 1 input vectors are loaded once and feed all its
-// P x KW multiply-adds (the generic block loads one input per multiply-add,
-// which makes the loads, not the multiply-adds, its limit).
+// forward_block_inside for column stride S (1 or 2), no dilation and a
+// KW-wide window: each window row's S (P - 1) + KW input vectors are loaded
+// once and feed all its P x KW multiply-adds (the generic block loads one
+// input per multiply-add, which makes the loads, not the multiply-adds, its
+// limit).
 constexpr int kReuseBlock = 8;  // positions per block
 
-template <int P, int KW>
+template <int P, int KW, int S = 1>
 __attribute__((always_inline)) inline void forward_block_reuse(const float* img, const float* taps,
                                                                const float* bias, float* orow,
                                                                const Dims& d, const Window2d& k,
                                                                int64_t y, int64_t x0, int64_t c) {
+  constexpr int kInputs = S * (P - 1) + KW;
   Float16 acc[P];
   start_block<P>(acc, bias, c);
   for (int64_t i = 0; i < k.kh; ++i) {
     const int64_t iy = y * k.sh - k.ph + i * k.dh;
     if (iy < 0 || iy >= d.h) continue;
-    const float* src = img + (iy * d.w + x0 - k.pw) * d.c + c;
+    const float* src = img + (iy * d.w + x0 * S - k.pw) * d.c + c;
     const float* tap = taps + i * KW * d.c + c;
-    Float16 xin[P + KW - 1];
-#pragma GCC unroll 16
-    for (int q = 0; q < P + KW - 1; ++q) {
+    Float16 xin[kInputs];
+#pragma GCC unroll 24
+    for (int q = 0; q < kInputs; ++q) {
       xin[q] = loadv<Float16>(src);
       src += d.c;
       CUSTOMCONV_KEEP_IN_REGISTER(src);
@@ -174,7 +176,7 @@ __attribute__((always_inline)) inline void forward_block_reuse(const float* img,
       tap += d.c;
       CUSTOMCONV_KEEP_IN_REGISTER(tap);
 #pragma GCC unroll 8
-      for (int t = 0; t < P; ++t) acc[t] += xin[t + j] * w;
+      for (int t = 0; t < P; ++t) acc[t] += xin[S * t + j] * w;
     }
   }
   store_block<P>(acc, orow, d, x0, c);
@@ -298,9 +300,10 @@ __attribute__((always_inline)) inline void forward_row_padded(const float* img, 
 }
 
 // Blocks of kReuseBlock positions from x while they lie in [x, hi), every
-// 16-channel group of each (KW = 0: any width, forward_block_chunks);
+// 16-channel group of each (KW = 0: any width, forward_block_chunks; S the
+// column stride, 1 or 2);
 // returns the first position left.
-template <int KW>
+template <int KW, int S = 1>
 __attribute__((always_inline)) inline int64_t forward_reuse_blocks(const float* img, const float* taps,
                                                                    const float* bias, float* orow,
                                                                    const Dims& d, const Window2d& k,
@@ -311,7 +314,7 @@ __attribute__((always_inline)) inline int64_t forward_reuse_blocks(const float* 
       if constexpr (KW == 0) {
         forward_block_chunks<kReuseBlock>(img, taps, bias, orow, d, k, y, x, c);
       } else {
-        forward_block_reuse<kReuseBlock, KW>(img, taps, bias, orow, d, k, y, x, c);
+        forward_block_reuse<kReuseBlock, KW, S>(img, taps, bias, orow, d, k, y, x, c);
       }
     }
     activate_positions(act, orow, d, c16, x, x + kReuseBlock);
@@ -403,7 +406,10 @@ CUSTOMCONV_FORWARD_CLONES void forward_rows(const float* in, const float* taps, 
     }
     const Inside in_row = inside(-k.pw, k.sw, k.kw, k.dw, d.w, d.ow);
     int64_t x = forward_checked(img, taps, bias, orow, d, k, y, 0, in_row.lo, c16, act);
-    if (k.sw == 1 && k.dw == 1) {
+    if (k.sw == 2 && k.dw == 1 && (k.kw == 3 || k.kw == 5)) {
+      x = k.kw == 3 ? forward_reuse_blocks<3, 2>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act)
+                    : forward_reuse_blocks<5, 2>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act);
+    } else if (k.sw == 1 && k.dw == 1) {
       switch (k.kw) {
         case 3: x = forward_reuse_blocks<3>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act); break;
         case 5: x = forward_reuse_blocks<5>(img, taps, bias, orow, d, k, y, x, in_row.hi, c16, act); break;

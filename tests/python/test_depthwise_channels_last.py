@@ -89,7 +89,7 @@ def test_channels_last_weight_gradient_is_reproducible(device, dtype, gen):
 
 
 # (C, H, W, kernel, stride, padding): windows wider than the unrolled ones at
-# horizontal stride 1 on the CPU. Planes narrower than about twice the window
+# horizontal stride 1 on the CPU, and windows at column stride 2. Planes narrower than about twice the window
 # (31x31 over 28x28) run whole padded rows; wider ones run the positions
 # inside the row in chunks of taps and the edges with column checks. Channel
 # counts on and off the 16-channel vectors, a vertical stride, padding other
@@ -101,6 +101,11 @@ WIDE = {
     "k15-chunks-stride-2-rows": (48, 30, 30, (15, 15), (2, 1), (7, 7)),
     "k5x21-chunks-odd-padding": (16, 19, 44, (5, 21), (1, 1), (2, 3)),
     "k11-no-padding": (35, 12, 26, (11, 11), (1, 1), (0, 0)),
+    # Column stride 2 with 3- and 5-wide windows: blocks of 8 positions that
+    # load each window row's 2 * 7 + kw inputs once.
+    "k3-column-stride-2-tail": (40, 21, 45, (3, 3), (2, 2), (1, 1)),
+    "k5-column-stride-2": (32, 20, 47, (5, 5), (1, 2), (2, 2)),
+    "k3x5-column-stride-2-odd-padding": (16, 9, 40, (3, 5), (2, 2), (0, 1)),
 }
 
 
