@@ -350,8 +350,9 @@ at::Tensor in_format(const at::Tensor& t, const at::Tensor& input, const at::Ten
 }
 
 #ifdef CUSTOMCONV_WITH_SM90A
-// The Hopper forward (fprop_sm90_f32) on an sm_90 device where its plan takes
-// the problem. Whether it launched (pr is left as it was).
+// The Hopper forward (fprop_sm90_f32, fprop_wgmma_f16/bf16) on an sm_90
+// device where its plan takes the problem. Whether it launched (pr is left as
+// it was).
 bool fprop_sm90(const at::Tensor& input, const implicit_gemm::ConvProblem& problem, const at::Tensor& out) {
   if (!is_sm90(problem.device)) return false;
   const implicit_gemm::WgmmaPlan plan = implicit_gemm::wgmma_fprop_plan(problem, int(input.element_size()));
@@ -363,7 +364,14 @@ bool fprop_sm90(const at::Tensor& input, const implicit_gemm::ConvProblem& probl
     partial = at::empty({pr.split_k, out.numel()}, input.options().dtype(at::kFloat));
     pr.workspace = partial.mutable_data_ptr();
   }
-  return implicit_gemm::fprop_sm90_f32(pr);
+  switch (input.scalar_type()) {
+    case at::kHalf:
+      return implicit_gemm::fprop_wgmma_f16(pr);
+    case at::kBFloat16:
+      return implicit_gemm::fprop_wgmma_bf16(pr);
+    default:
+      return implicit_gemm::fprop_sm90_f32(pr);
+  }
 }
 
 // CUTLASS 3's 16-bit Hopper forward (fprop_sm90_f16/bf16) on an sm_90 device

@@ -200,24 +200,31 @@ bool wgrad_f16(const ConvProblem& problem);
 bool wgrad_bf16(const ConvProblem& problem);
 bool wgrad_f32(const ConvProblem& problem);
 // The Hopper forward (implicit_gemm_wgmma.cuh: our warpgroup-MMA kernel fed
-// by TMA) in float32 as TF32, where wgmma_fprop_plan takes the problem; the
-// bias, residual and activation in its epilogue, or in the split-K sum (split_k > 1,
-// workspace as for fprop_*). False (nothing launched) where the plan
-// declines, the build has no sm_90a code or the device is not sm_90.
+// by TMA) in float32 as TF32, float16 or bfloat16, where wgmma_fprop_plan
+// takes the problem; the bias, residual and activation in its epilogue, or in
+// the split-K sum (split_k > 1, workspace as for fprop_*). False (nothing
+// launched) where the plan declines, the build has no sm_90a code or the
+// device is not sm_90.
 bool fprop_sm90_f32(const ConvProblem& problem);
+bool fprop_wgmma_f16(const ConvProblem& problem);
+bool fprop_wgmma_bf16(const ConvProblem& problem);
 
 // Whether the Hopper forward takes a problem, its box of output positions
 // per 128 x 128 tile and its reduction slices: dense layers (groups 1) with
-// windows larger than 1x1, packed NHWC input, float32 under TF32 with 128 or
-// more input channels (4 or more 128-byte reduction steps a tap), K a multiple
-// of 8 and strides up to 8; the reduction split in two where the tiles fill at most half the
-// multiprocessors. On an H100, with the L2 cache evicted before each call
+// windows larger than 1x1, packed NHWC input, K a multiple of 8 and strides
+// up to 8; float32 under TF32 with 128 or more input channels (4 or more
+// 128-byte reduction steps a tap), the reduction split in two where the
+// tiles fill at most half the multiprocessors; float16 and bfloat16 with 256
+// or more input channels (a multiple of 64) where the tiles fill more than
+// half of them (fewer: CUTLASS 3's Hopper kernel, fprop_sm90_f16 below, is
+// faster than ours split in two). On an H100, with the L2 cache evicted before each call
 // (as bench.py times), it took ResNet-50's 256- and 512-channel 3x3 layers
 // at N=32 from 46-56 us to 43-46 (cuDNN 32-40), and since its epilogue is
 // compiled per activation (store_tile), its 128-channel ones too (28x28: 50.8
 // -> 44.8 us, cuDNN 33.0; 56x56 stride 2: 52.2 -> 50.7, cuDNN 34.3). In
-// 16-bit, and at 64 channels, the sm80-style kernels measured as fast or
-// faster that way, and keep those layers (bench/NOTES.md). Tiles are boxes of output positions
+// 16-bit it took the 256-channel ones from 28 to 24-25 us (cuDNN 21); at 128
+// channels it measured as fast as the sm80-style kernels, which keep those
+// layers, as they keep 64-channel ones (bench/NOTES.md). Tiles are boxes of output positions
 // (choose_box), or 128 consecutive positions (im2col) where that takes fewer
 // rounds of tiles over the multiprocessors: on an H100 at N=32, float32, us,
 // boxes -> rows: 1024 channels at 14x14 460 -> 370 (cuDNN 358), 512 at
@@ -230,8 +237,10 @@ struct WgmmaPlan {
   bool im2col;  // tiles of 128 consecutive output positions (TMA's im2col mode), not boxes
 };
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
-  if (element_size != 4 || pr.groups != 1 || (pr.r == 1 && pr.s == 1) || pr.input_strides[0] != 0 ||
-      pr.c < 128 || pr.c % 32 != 0 || pr.k % 8 != 0 || pr.stride_h > 8 || pr.stride_w > 8) {
+  const bool wide = element_size == 2;  // 16-bit: 64 channels a step
+  if ((element_size != 4 && !wide) || pr.groups != 1 || (pr.r == 1 && pr.s == 1) ||
+      pr.input_strides[0] != 0 || pr.c < (wide ? 256 : 128) || pr.c % (128 / element_size) != 0 ||
+      pr.k % 8 != 0 || pr.stride_h > 8 || pr.stride_w > 8) {
     return {false, 1, {}, false};
   }
   // im2col's window corners are 8-bit, its tap offsets 8-bit unsigned.
@@ -248,7 +257,9 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   // of tiles over the multiprocessors.
   im2col = im2col && (im2col_tiles + sms - 1) / sms < (box_tiles + sms - 1) / sms;
   const int64_t tiles = im2col ? im2col_tiles : box_tiles;
-  return {true, 2 * tiles <= pr.multiprocessors ? 2 : 1, box, im2col};
+  const bool split = 2 * tiles <= pr.multiprocessors;
+  if (wide && split) return {false, 1, {}, false};
+  return {true, split ? 2 : 1, box, im2col};
 }
 
 // The float32 (TF32) input gradient of a strided layer on the Hopper forward

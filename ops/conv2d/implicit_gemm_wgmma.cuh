@@ -22,18 +22,21 @@
 // images (Args::im2col): TMA's im2col mode loads the kM window corners'
 // pixels for a tap (the tap as the load's offsets), zeros outside the image.
 //
-// Block: kM / 64 consumer warpgroups and one producer warp (in a warpgroup of
-// its own). The producer's lane 0 walks the block's tiles (t = blockIdx.x,
+// Block: kM / 64 consumer warpgroups and one producer warp after them. The
+// producer's lane 0 walks the block's tiles (t = blockIdx.x,
 // then strided by the grid, output-channel tile fastest) and their steps:
 // waits for a stage to be empty, announces its bytes on the stage's "full"
 // barrier and issues the two loads, which complete that barrier. Consumer
 // warpgroup g waits for "full", issues the step's four m64 x kN instructions
-// on rows 64g to 64g + 63, keeps one step in flight, and arrives on the
+// on rows 64g to 64g + 63 (their descriptors' low words advanced from one
+// computed per block), keeps one step in flight, and arrives on the
 // previous step's "empty" barrier once that step's instructions are done. A
-// tile's accumulators are stored straight from registers (pairs of output
-// channels), with the bias, residual and activation in float32, or as float32
-// partial sums when the reduction is split; meanwhile the producer is already
-// loading the next tile.
+// tile's accumulators are stored with the bias, residual and activation in
+// float32, or as float32 partial sums when the reduction is split: float32
+// outputs straight from registers (pairs of output channels, whole 32-byte
+// sectors), 16-bit ones through shared memory as runs of 8 channels
+// (store_tile_staged), since their pairs fill half a sector. Meanwhile the
+// producer is already loading the next tile.
 //
 // A launch may hold up to kMaxPhases sub-problems (Phase, wgmma_plan.h) that
 // share the input, the weight's tensor map and the box: each its own output
@@ -48,6 +51,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -117,11 +121,17 @@ __device__ __forceinline__ Phase phase_of(const Args& a, int u) {
 template <typename T, int kM, int kN, int kStages>
 struct Tile {
   static constexpr int kConsumers = 2 * kM;  // threads
-  static constexpr int kThreads = kConsumers + 128;
+  static constexpr int kThreads = kConsumers + 32;  // the producer: one warp after them
   static constexpr int kStep = kRowBytes / int(sizeof(T));
   static constexpr int kStageA = kM * kRowBytes;
   static constexpr int kStageBytes = kStageA + kN * kRowBytes;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * 8 * kStages + 1024;
+  // 16-bit outputs are stored through shared memory (store_tile_staged):
+  // each consumer warpgroup's 64 x kN float32 accumulators, rows padded by
+  // 32 bytes so that the pair writes are free of bank conflicts.
+  static constexpr bool kStaged = sizeof(T) == 2;
+  static constexpr int kEpiPitch = kN + 8;  // floats
+  static constexpr int kEpiBytes = kStaged ? (kM / 64) * 64 * kEpiPitch * 4 : 0;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + 2 * 8 * kStages + 1024;
   static constexpr int kRegs = kN / 2;
   static_assert(kN == 128, "the instructions are m64 x 128 (wgmma.cuh)");
   static_assert(kM == 64 || kM == 128, "one or two consumer warpgroups");
@@ -223,18 +233,110 @@ __device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[kN 
   }
 }
 
+// Eight consecutive values of T as floats, and back (16-bit: one 16-byte
+// access; float: two).
+template <typename T>
+__device__ __forceinline__ void load8(const T* src, float (&v)[8]) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(src));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(src) + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    const uint4 bits = __ldg(reinterpret_cast<const uint4*>(src));
+    T e[8];
+    memcpy(e, &bits, sizeof(bits));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = static_cast<float>(e[i]);
+  }
+}
+template <typename T>
+__device__ __forceinline__ void store8(T* dst, const float (&v)[8]) {
+  if constexpr (std::is_same_v<T, float>) {
+    reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    T e[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) e[i] = T(v[i]);
+    uint4 bits;
+    memcpy(&bits, e, sizeof(bits));
+    *reinterpret_cast<uint4*>(dst) = bits;
+  }
+}
+
+// A consumer warpgroup's 128 threads, synchronized among themselves (named
+// barrier 1 + group).
+__device__ __forceinline__ void warpgroup_sync(int group) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + group) : "memory");
+}
+
+// Stores a warpgroup's 64 x kN accumulators through shared memory: each
+// thread writes its pairs to the staging rows `buf` (kN + 8 floats apart);
+// then thread t of the warpgroup reads back channels 8 (t % (kN / 8)) to
+// + 7 of rows t / (kN / 8) + 8i (kN = 128: 16 threads a row, 8 rows a pass)
+// and stores them as one 16-byte (float: two) access, so that a warp writes
+// two whole 256-byte rows of 16-bit output: as float32 partial sums of slice
+// z (kPartial), or with the bias, the residual (kResidual) and the
+// activation. off(row) is the row's output offset (-1: outside). On an H100,
+// float16, 256 channels at 56x56, N=32: 7% faster than pairs stored from
+// registers, which write half of each 32-byte sector (bench/NOTES.md).
+template <typename T, int kN, Activation kAct, bool kResidual, bool kPartial, typename Off>
+__device__ __forceinline__ void store_tile_staged(const Args& a, const float (&acc)[kN / 2],
+                                                  float* buf, int group, int col_tile, int z,
+                                                  int positions, Off&& off) {
+  constexpr int kPitch = kN + 8, kChunks = kN / 8, kRowsPerPass = 128 / kChunks;
+  const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
+  warpgroup_sync(group);  // the previous tile's reads of buf are done
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp * 16 + (lane >> 2) + 8 * h, col = 8 * j + 2 * (lane & 3);
+      *reinterpret_cast<float2*>(buf + row * kPitch + col) =
+          make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
+  }
+  warpgroup_sync(group);
+  const int chunk = t % kChunks, col = col_tile + 8 * chunk;
+  if (col >= a.k) return;
+  float b[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  if (!kPartial && a.bias != nullptr) load8(static_cast<const T*>(a.bias) + col, b);
+#pragma unroll 2
+  for (int i = 0; i < 64 / kRowsPerPass; ++i) {
+    const int row = t / kChunks + kRowsPerPass * i;
+    const int o = off(row);
+    if (o < 0) continue;
+    const float4* src = reinterpret_cast<const float4*>(buf + row * kPitch + 8 * chunk);
+    const float4 lo = src[0], hi = src[1];
+    float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    if constexpr (kPartial) {
+      store8(a.partial + int64_t(z) * positions * a.k + o + col, v);
+    } else {
+      if constexpr (kResidual) {
+        float r[8];
+        load8(static_cast<const T*>(a.residual) + o + col, r);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] += r[e];
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = activate(kAct, v[e] + b[e]);
+      store8(static_cast<T*>(a.y) + o + col, v);
+    }
+  }
+}
+
 // Requires: c a multiple of Tile::kStep, k of 8, the maps of make_maps below,
 // Tile::kSmemBytes of dynamic shared memory, any number of blocks.
 template <typename T, int kM, int kN, int kStages>
-__global__ void __launch_bounds__(2 * kM + 128, 1)
-    fprop_tma_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
-                     const Args a) {
+__global__ void __launch_bounds__(2 * kM + 32, 1)
+    fprop_tma_kernel(const __grid_constant__ CUtensorMap xmap,
+                     const __grid_constant__ CUtensorMap wmap, const Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Tile<T, kM, kN, kStages>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t base = (raw + 1023u) & ~1023u;
-  const uint32_t full = base + uint32_t(kStages * Cfg::kStageBytes);
+  const uint32_t full = base + uint32_t(kStages * Cfg::kStageBytes + Cfg::kEpiBytes);
   const uint32_t empty = full + 8u * kStages;
   const int tid = threadIdx.x;
   if (tid == 0) {
@@ -295,8 +397,10 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
   }
 
   // Consumers.
-  const int group = tid / 128, warp = (tid & 127) >> 5, lane = tid & 31;
+  const int group = tid / 128, lane = tid & 31;
   const int box_rows = a.bw * a.bh * a.bn;
+  const uint32_t a_lo = wgmma::desc_lo(base + uint32_t(group * 64 * kRowBytes));
+  const uint32_t b_lo = wgmma::desc_lo(base + uint32_t(Cfg::kStageA));
   int it = 0;
   float acc[Cfg::kRegs];
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -311,13 +415,15 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
     for (int step = first; step < last; ++step, ++it) {
       const int st = it % kStages;
       wgmma::barrier_wait(full + 8u * st, (it / kStages) & 1);
-      const uint32_t at = base + uint32_t(st * Cfg::kStageBytes + group * 64 * kRowBytes);
-      const uint32_t bt = base + uint32_t(st * Cfg::kStageBytes + Cfg::kStageA);
+      // The descriptors' low words (start address / 16 and the leading
+      // offset) move with the stage and the 32-byte step; the high word is fixed.
+      const uint32_t at = a_lo + uint32_t(st * (Cfg::kStageBytes >> 4));
+      const uint32_t bt = b_lo + uint32_t(st * (Cfg::kStageBytes >> 4));
       wgmma::fence_operands(acc);
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        mma_step<T>(acc, wgmma::smem_desc(at + 32 * kk), wgmma::smem_desc(bt + 32 * kk), 1);
+        mma_step<T>(acc, wgmma::desc_of(at + 2 * kk), wgmma::desc_of(bt + 2 * kk), 1);
       }
       wgmma::commit();
       wgmma::wait<1>();
@@ -331,10 +437,8 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
 
     const int ow0 = (box % f.tw) * a.bw, oh0 = ((box / f.tw) % f.th) * a.bh,
               n0 = (box / (f.tw * f.th)) * a.bn;
-    int offs[2];  // the thread's two rows' output offsets (-1: outside)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = group * 64 + warp * 16 + (lane >> 2) + 8 * h;
+    // The output offset of the tile's row `row` (-1: outside).
+    const auto offset = [&](int row) {
       int ow, oh, nn;
       if (a.im2col) {
         const Position x = position_of(f, ow0 + row);
@@ -342,23 +446,48 @@ __global__ void __launch_bounds__(2 * kM + 128, 1)
       } else {
         ow = ow0 + row % a.bw, oh = oh0 + (row / a.bw) % a.bh, nn = n0 + row / (a.bw * a.bh);
       }
-      offs[h] = row < box_rows && ow < f.q && oh < f.p && nn < a.n
-                    ? f.y0 + nn * f.sn + oh * f.sh + ow * f.sw
-                    : -1;
-    }
+      return row < box_rows && ow < f.q && oh < f.p && nn < a.n
+                 ? f.y0 + nn * f.sn + oh * f.sh + ow * f.sw
+                 : -1;
+    };
     const int positions = a.n * f.p * f.q;  // (split > 1: one phase, packed)
-    const int col0 = nt * kN + 2 * (lane & 3);
     using A = Activation;
-    if (a.split > 1) {
-      store_tile<T, kN, A::kIdentity, false, true>(a, acc, offs, col0, z, positions);
-    } else if (a.residual != nullptr) {
-      with_activation(a.activation, [&](auto act) {
-        store_tile<T, kN, decltype(act)::value, true, false>(a, acc, offs, col0, z, positions);
-      });
+    if constexpr (Cfg::kStaged) {
+      float* buf = reinterpret_cast<float*>(smem_raw + (base - raw) + kStages * Cfg::kStageBytes) +
+                   group * 64 * Cfg::kEpiPitch;
+      const auto off = [&](int row) { return offset(group * 64 + row); };
+      const int col0 = nt * kN;
+      if (a.split > 1) {
+        store_tile_staged<T, kN, A::kIdentity, false, true>(a, acc, buf, group, col0, z, positions,
+                                                            off);
+      } else if (a.residual != nullptr) {
+        with_activation(a.activation, [&](auto act) {
+          store_tile_staged<T, kN, decltype(act)::value, true, false>(a, acc, buf, group, col0, z,
+                                                                      positions, off);
+        });
+      } else {
+        with_activation(a.activation, [&](auto act) {
+          store_tile_staged<T, kN, decltype(act)::value, false, false>(a, acc, buf, group, col0, z,
+                                                                       positions, off);
+        });
+      }
     } else {
-      with_activation(a.activation, [&](auto act) {
-        store_tile<T, kN, decltype(act)::value, false, false>(a, acc, offs, col0, z, positions);
-      });
+      const int warp = (tid & 127) >> 5;
+      int offs[2];  // the thread's two rows' output offsets (-1: outside)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) offs[h] = offset(group * 64 + warp * 16 + (lane >> 2) + 8 * h);
+      const int col0 = nt * kN + 2 * (lane & 3);
+      if (a.split > 1) {
+        store_tile<T, kN, A::kIdentity, false, true>(a, acc, offs, col0, z, positions);
+      } else if (a.residual != nullptr) {
+        with_activation(a.activation, [&](auto act) {
+          store_tile<T, kN, decltype(act)::value, true, false>(a, acc, offs, col0, z, positions);
+        });
+      } else {
+        with_activation(a.activation, [&](auto act) {
+          store_tile<T, kN, decltype(act)::value, false, false>(a, acc, offs, col0, z, positions);
+        });
+      }
     }
   }
 #endif

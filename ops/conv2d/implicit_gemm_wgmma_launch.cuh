@@ -53,8 +53,7 @@ bool launch_wgmma(wgmma_fprop::Args& a, const void* x, const void* w, int h, int
   return true;
 }
 
-// T: float (TF32; the kernel is written for __half and __nv_bfloat16 too,
-// which were timed but are not routed here: bench/NOTES.md). False (nothing launched) where
+// T: float (TF32), __half or __nv_bfloat16. False (nothing launched) where
 // the plan declines the problem, the device cannot run the kernel or the
 // driver refuses the tensor maps.
 template <typename T>

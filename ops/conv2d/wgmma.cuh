@@ -17,16 +17,20 @@
 
 namespace customconv::wgmma {
 
-// The descriptor of a K-major, 128-byte-swizzled tile starting at shared
-// address `addr` (for the k-th 32-byte step of a row, addr + 32k).
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
-  uint64_t d = 0;
-  d |= uint64_t((addr & 0x3FFFF) >> 4);        // start address, 16-byte units
-  d |= uint64_t(1) << 16;                      // leading-dimension offset (unused when swizzled)
-  d |= uint64_t(1024 >> 4) << 32;              // stride between 8-row groups
-  d |= uint64_t(1) << 62;                      // 128-byte swizzle
-  return d;
+// The descriptor of a K-major, 128-byte-swizzled tile as two words: the low
+// one (start address / 16, leading-dimension offset 1, unused when swizzled)
+// moves with the tile's shared address, by 2 per 32-byte step of a row, while
+// the address stays below 256 KiB; the high one is fixed (stride between
+// 8-row groups 1024 bytes, 128-byte swizzle). A main loop keeps the low word
+// and adds its offsets to it.
+__device__ __forceinline__ uint32_t desc_lo(uint32_t addr) {
+  return ((addr & 0x3FFFF) >> 4) | (1u << 16);
 }
+__device__ __forceinline__ uint64_t desc_of(uint32_t lo) {
+  return uint64_t(lo) | (uint64_t((1024 >> 4) | (1u << 30)) << 32);
+}
+// The descriptor of the tile starting at shared address `addr`.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) { return desc_of(desc_lo(addr)); }
 
 // Before a batch of instructions: the accumulator registers are settled.
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

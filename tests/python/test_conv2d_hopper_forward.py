@@ -1,6 +1,8 @@
 """conv2d's Hopper forward (ops/conv2d/implicit_gemm_wgmma.cuh: warpgroup MMA
-fed by TMA on sm_90 devices): dense windows larger than 1x1 with 128 or more
-input channels, channels_last float32 under TF32 (its only route), against F.conv2d in float64, the kernel seen
+fed by TMA on sm_90 devices): dense windows larger than 1x1, channels_last
+float32 under TF32 with 128 or more input channels, and float16 and bfloat16
+with 256 or more where the tiles are many (their output stored through shared
+memory), against F.conv2d in float64, the kernel seen
 running in the profiler (implicit_gemm.h, wgmma_fprop_plan); boxes of output
 positions that do and do not divide the plane, rows of consecutive positions
 (TMA's im2col mode) across rows and images, the split-K sum with
@@ -47,8 +49,16 @@ def run_with_tf32(fn):
     return out, (any("implicit_gemm::wgmma" in n for n in names) if names else None)
 
 
-def check(got, x, w, b, stride, padding, dilation, dtype, ctx, residual=None, activation="identity"):
-    """got against activation(conv + b + residual) in float64, within TOL of the magnitudes."""
+# The result's own rounding, relative: 16-bit outputs half an ulp; float32's
+# as before (a few ulps of TF32's sums).
+ROUND = {torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7, torch.float32: 2.0**-10}
+# 16-bit operands are exact: float32 accumulation only.
+TOL16 = 2.0**-16
+
+
+def check(got, x, w, b, stride, padding, dilation, dtype, ctx, residual=None, activation="identity", tol=TOL):
+    """got against activation(conv + b + residual) in float64, within tol of the
+    magnitudes and the output's rounding."""
     args = (stride, padding, dilation)
     pre = F.conv2d(x.double(), w.double(), None if b is None else b.double(), *args)
     bound = F.conv2d(x.double().abs(), w.double().abs(), None if b is None else b.double().abs(), *args)
@@ -58,7 +68,7 @@ def check(got, x, w, b, stride, padding, dilation, dtype, ctx, residual=None, ac
     assert got.shape == want.shape and got.dtype == dtype, ctx
     assert got.is_contiguous(memory_format=torch.channels_last), ctx
     # The activations change a value by at most 1.5x its input's change (hardswish).
-    err = (got.double() - want).abs() - 1.5 * TOL * bound - 2.0**-10 * want.abs()
+    err = (got.double() - want).abs() - 1.5 * tol * bound - ROUND[dtype] * want.abs()
     assert (err <= 1e-5).all(), (ctx, float(err.max()))
 
 
@@ -211,3 +221,77 @@ def test_hopper_forward_declines_what_it_does_not_take(gen):
         want = F.conv2d(x.double(), w.double(), None, 1, 0, 1, groups)
         tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 and not tf32 else dict(rtol=2e-2, atol=1e-1)
         torch.testing.assert_close(got.double(), want, **tol)
+
+
+WIDE = {"f16": torch.float16, "bf16": torch.bfloat16}
+
+
+@pytest.mark.parametrize("dtype", list(WIDE.values()), ids=list(WIDE))
+@pytest.mark.parametrize("idx", range(12))
+def test_16bit_hopper_forward_matches_torch_on_random_configs(idx, dtype, rng, gen, seed):
+    # 16-bit: input channels a multiple of 64 from 256, images enough for more
+    # output tiles than half the multiprocessors (the plan splits none);
+    # windows, strides, paddings and dilations per axis; output channels any
+    # multiple of 8 (partial column tiles, runs of 8 in the staged store); a
+    # bias or not; conv2d_fused with a residual and an activation a third of
+    # the time.
+    kernel, stride, dilation, padding, size = random_hopper_window(rng, [1, 2, 3, 5], [2, 3, 3], 8)
+    ext = [(k - 1) * d + 1 for k, d in zip(kernel, dilation)]
+    size = tuple(max(sz, e - 2 * p + 7 * st + 1) for sz, e, p, st in zip(size, ext, padding, stride))
+    out = [(sz + 2 * p - e) // st + 1 for sz, e, p, st in zip(size, ext, padding, stride)]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    n = -(-(sms // 2 + 2) * 128 // (out[0] * out[1]))
+    c = 64 * rng.randint(4, 6)
+    k = 8 * rng.randint(1, 24)
+    x = make_tensor((n, c, *size), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((k, c, *kernel), dtype, "cuda", rng.choice(["contiguous", "channels_last"]), gen)
+    b = make_tensor((k,), dtype, "cuda", gen=gen) if rng.random() < 0.7 else None
+    args = (list(stride), list(padding), list(dilation), 1)
+    ctx = f"seed={seed} {dtype} x={tuple(x.shape)} w={tuple(w.shape)} s={stride} p={padding} d={dilation}"
+    if rng.random() < 1 / 3:
+        act = rng.choice(list(ACTIVATIONS))
+        r = make_tensor((n, k, *out), dtype, "cuda", "channels_last", gen)
+        got, ran = run_with_tf32(lambda: ops.conv2d_fused(x, w, b, *args, act, r))
+        check(got, x, w, b, stride, padding, dilation, dtype, ctx, r, act, tol=TOL16)
+    else:
+        got, ran = run_with_tf32(lambda: ops.conv2d(x, w, b, *args))
+        check(got, x, w, b, stride, padding, dilation, dtype, ctx, tol=TOL16)
+    assert ran is not False, ctx
+
+
+@pytest.mark.parametrize("dtype", list(WIDE.values()), ids=list(WIDE))
+@pytest.mark.parametrize("activation", ["identity", "relu", "silu", "gelu"])
+def test_16bit_hopper_forward_on_resnet_layer(activation, dtype, gen, seed):
+    # ResNet-50's 256-channel 3x3 layer at N=32 (98 tiles): plain, and
+    # conv2d_fused with its residual and activation in the epilogue.
+    x, w, b, st, pd, dl = plan_layer("256-14x14", dtype, gen)
+    ctx = f"seed={seed} {dtype} {activation}"
+    if activation == "identity":
+        got, ran = run_with_tf32(lambda: ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1))
+        check(got, x, w, None, 1, 1, 1, dtype, ctx, tol=TOL16)
+    else:
+        r = make_tensor((32, 256, 14, 14), dtype, "cuda", "channels_last", gen)
+        got, ran = run_with_tf32(lambda: ops.conv2d_fused(x, w, b, [1, 1], [1, 1], [1, 1], 1, activation, r))
+        check(got, x, w, b, 1, 1, 1, dtype, ctx, r, activation, tol=TOL16)
+    assert ran is not False, ctx
+
+
+@pytest.mark.parametrize("dtype", list(WIDE.values()), ids=list(WIDE))
+@pytest.mark.parametrize("layer", ["30x30-k1000", "67x67", "5x3-d12"])
+def test_16bit_hopper_forward_rows_of_positions(layer, dtype, gen, seed):
+    L = IM2COL_LAYERS[layer]
+    x = make_tensor((L["n"], L["c"], *L["size"]), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((L["k"], L["c"], *L["kernel"]), dtype, "cuda", "channels_last", gen)
+    b = make_tensor((L["k"],), dtype, "cuda", gen=gen)
+    args = (list(L["stride"]), list(L["padding"]), list(L["dilation"]), 1)
+    got, ran = run_with_tf32(lambda: ops.conv2d(x, w, b, *args))
+    ctx = f"seed={seed} {dtype} {layer}"
+    check(got, x, w, b, L["stride"], L["padding"], L["dilation"], dtype, ctx, tol=TOL16)
+    assert ran is not False, ctx
+
+
+@pytest.mark.parametrize("dtype", list(WIDE.values()), ids=list(WIDE))
+def test_16bit_hopper_forward_in_a_cuda_graph(dtype, gen):
+    x, w, b, st, pd, dl = plan_layer("256-14x14", dtype, gen)
+    (out,), _graph = capture_and_replay(lambda: (ops.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 1),), [x, w], gen)
+    check(out, x, w, b, 1, 1, 1, dtype, f"graph {dtype}", tol=TOL16)

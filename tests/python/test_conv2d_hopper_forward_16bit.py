@@ -116,8 +116,8 @@ def test_16bit_hopper_forward_in_a_cuda_graph(dtype, gen):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16"])
 def test_16bit_hopper_forward_declines_what_it_does_not_take(dtype, gen):
     # A bias, conv2d_fused's activation, many output tiles (ResNet-50's 256-channel
-    # 3x3 layer at N=32, 98 tiles), 64 output channels and groups keep the
-    # sm80-style kernels, their results right.
+    # 3x3 layer at N=32, 98 tiles: our Hopper kernel), 64 output channels and groups
+    # keep other kernels, their results right.
     x, w, st = layer("512-7x7", dtype, gen)
     b = make_tensor((w.shape[0],), dtype, "cuda", gen=gen)
     wide = make_tensor((32, 256, 14, 14), dtype, "cuda", "channels_last", gen)

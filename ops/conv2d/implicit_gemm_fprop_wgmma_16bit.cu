@@ -1,0 +1,11 @@
+// The float16 and bfloat16 Hopper forward of the implicit-GEMM engine on our
+// own kernel (implicit_gemm_wgmma.cuh), built for sm_90a.
+
+#include "ops/conv2d/implicit_gemm_wgmma_launch.cuh"
+
+namespace customconv::implicit_gemm {
+
+bool fprop_wgmma_f16(const ConvProblem& problem) { return fprop_wgmma<__half>(problem); }
+bool fprop_wgmma_bf16(const ConvProblem& problem) { return fprop_wgmma<__nv_bfloat16>(problem); }
+
+}  // namespace customconv::implicit_gemm
