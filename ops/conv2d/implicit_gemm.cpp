@@ -520,8 +520,9 @@ std::optional<at::Tensor> implicit_gemm_conv2d_fused(const at::Tensor& input, co
 #ifdef CUSTOMCONV_WITH_SM90A
 // The stride-1 input gradient as the forward of grad_output (go, prepared
 // channels_last) with the rotated weight (rotated_weight.h), where that
-// forward runs a Hopper kernel (fprop_sm90, fprop_sm90_16bit) and the
-// sm80-style input gradient's tiles would be few. On an H100 (N=32, CUDA
+// forward runs a Hopper kernel (fprop_sm90, fprop_sm90_16bit): our Hopper
+// forward where its plan takes the transposed problem, and in 16-bit CUTLASS
+// 3's where the sm80-style kernels' tiles would be few. On an H100 (N=32, CUDA
 // graphs, us, input gradient / forward): ResNet-50's 512-channel 7x7 layer
 // 65 / 34 in float32 and 31.5 / 19.4 in float16, its 256-channel 14x14
 // layer 51 / 32 in float32. Rotating the weight with at::flip and
@@ -540,9 +541,9 @@ std::optional<at::Tensor> grad_input_as_hopper_forward(const at::Tensor& go,
   t.win.ph = win.dh * (win.kh - 1) - win.ph, t.win.pw = win.dw * (win.kw - 1) - win.pw;
   implicit_gemm::ConvProblem pr = geometry(go, t);
   set_input_strides(pr, go);
-  const bool hopper = input.scalar_type() == at::kFloat
-                          ? implicit_gemm::wgmma_fprop_plan(pr, 4).take
-                          : fprop_split_k(t, pr.device) > 1;
+  const int element_size = int(input.element_size());
+  const bool hopper = implicit_gemm::wgmma_fprop_plan(pr, element_size).take ||
+                      (element_size == 2 && fprop_split_k(t, pr.device) > 1);
   if (!hopper) return std::nullopt;
   return fprop(go, rotated_weight_cuda(weight), std::nullopt, t);
 }

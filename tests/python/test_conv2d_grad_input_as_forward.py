@@ -2,7 +2,8 @@
 grad_output with the rotated weight (implicit_gemm.cpp,
 grad_input_as_hopper_forward; rotated_weight.h): float32 under TF32 with 128
 or more output channels (the TF32 Hopper forward's input channels), and
-16-bit layers whose sm80-style forward would split (small planes), against
+16-bit layers whose sm80-style forward would split (small planes) or with 256
+or more output channels and many tiles (our Hopper forward's 16-bit plan), against
 the float64 input gradient; random windows, paddings, dilations and weight
 layouts, the rotation kernel seen running in the profiler, the memory format
 of the result, and a CUDA graph. Skipped on devices other than sm_90, where
@@ -102,6 +103,19 @@ def test_resnet50_last_3x3_layer(dtype, gen):
     assert ran is not False
     assert got.is_contiguous(memory_format=torch.channels_last)
     check(got, go, x, w, (1, 1), (1, 1), dtype, "resnet50 512 7x7")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_16bit_many_tiles(dtype, gen):
+    # ResNet-50's 256-channel 14x14 layer at N=32 (98 tiles): our Hopper
+    # forward takes the transposed problem.
+    x = make_tensor((32, 256, 14, 14), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((256, 256, 3, 3), dtype, "cuda", "channels_last", gen)
+    go = make_tensor((32, 256, 14, 14), dtype, "cuda", "channels_last", gen)
+    got, ran = grad_input_and_route(go, x, w, (1, 1), (1, 1))
+    assert ran is not False
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    check(got, go, x, w, (1, 1), (1, 1), dtype, "resnet50 256 14x14")
 
 
 def test_float32_without_tf32_keeps_the_exact_routes(gen):
