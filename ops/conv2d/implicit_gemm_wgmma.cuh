@@ -277,7 +277,7 @@ __device__ __forceinline__ void warpgroup_sync(int group) {
 // and stores them as one 16-byte (float: two) access, so that a warp writes
 // two whole 256-byte rows of 16-bit output: as float32 partial sums of slice
 // z (kPartial), or with the bias, the residual (kResidual) and the
-// activation. off(row) is the row's output offset (-1: outside). On an H100,
+// activation. off(row) is the row's output offset (-1: outside). On an H200,
 // float16, 256 channels at 56x56, N=32: 7% faster than pairs stored from
 // registers, which write half of each 32-byte sector (bench/NOTES.md).
 template <typename T, int kN, Activation kAct, bool kResidual, bool kPartial, typename Off>
