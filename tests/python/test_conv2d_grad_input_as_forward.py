@@ -94,28 +94,22 @@ def test_16bit_small_planes(dtype, idx, rng, gen, seed):
     check(got, go, x, w, padding, dilation, dtype, ctx)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
-def test_resnet50_last_3x3_layer(dtype, gen):
-    x = make_tensor((8, 512, 7, 7), dtype, "cuda", "channels_last", gen)
-    w = make_tensor((512, 512, 3, 3), dtype, "cuda", "channels_last", gen)
-    go = make_tensor((8, 512, 7, 7), dtype, "cuda", "channels_last", gen)
+# ResNet-50's 3x3 layers: the 512-channel 7x7 one at N=8, and the 256-channel
+# 14x14 one at N=32 (98 tiles: our Hopper forward's 16-bit plan takes the
+# transposed problem).
+RESNET_LAYERS = [(8, 512, 7, torch.float32), (8, 512, 7, torch.float16),
+                 (32, 256, 14, torch.float16), (32, 256, 14, torch.bfloat16)]
+
+
+@pytest.mark.parametrize("n,c,size,dtype", RESNET_LAYERS, ids=["512-f32", "512-f16", "256-f16", "256-bf16"])
+def test_resnet50_3x3_layers(n, c, size, dtype, gen):
+    x = make_tensor((n, c, size, size), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((c, c, 3, 3), dtype, "cuda", "channels_last", gen)
+    go = make_tensor((n, c, size, size), dtype, "cuda", "channels_last", gen)
     got, ran = grad_input_and_route(go, x, w, (1, 1), (1, 1))
     assert ran is not False
     assert got.is_contiguous(memory_format=torch.channels_last)
-    check(got, go, x, w, (1, 1), (1, 1), dtype, "resnet50 512 7x7")
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
-def test_16bit_many_tiles(dtype, gen):
-    # ResNet-50's 256-channel 14x14 layer at N=32 (98 tiles): our Hopper
-    # forward takes the transposed problem.
-    x = make_tensor((32, 256, 14, 14), dtype, "cuda", "channels_last", gen)
-    w = make_tensor((256, 256, 3, 3), dtype, "cuda", "channels_last", gen)
-    go = make_tensor((32, 256, 14, 14), dtype, "cuda", "channels_last", gen)
-    got, ran = grad_input_and_route(go, x, w, (1, 1), (1, 1))
-    assert ran is not False
-    assert got.is_contiguous(memory_format=torch.channels_last)
-    check(got, go, x, w, (1, 1), (1, 1), dtype, "resnet50 256 14x14")
+    check(got, go, x, w, (1, 1), (1, 1), dtype, f"resnet50 {c} {size}x{size}")
 
 
 def test_float32_without_tf32_keeps_the_exact_routes(gen):
