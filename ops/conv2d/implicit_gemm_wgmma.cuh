@@ -193,6 +193,22 @@ __device__ __forceinline__ void with_activation(Activation act, Fn&& fn) {
   return fn(std::integral_constant<A, A::kIdentity>{});
 }
 
+// Calls fn(activation, residual, partial), each a std::integral_constant, for
+// the epilogue variant of a launch: float32 partial sums where the reduction
+// is split, else the activation with or without the residual.
+template <typename Fn>
+__device__ __forceinline__ void with_epilogue(const Args& a, Fn&& fn) {
+  using A = Activation;
+  if (a.split > 1) {
+    return fn(std::integral_constant<A, A::kIdentity>{}, std::false_type{}, std::true_type{});
+  }
+  if (a.residual != nullptr) {
+    return with_activation(a.activation,
+                           [&](auto act) { fn(act, std::true_type{}, std::false_type{}); });
+  }
+  with_activation(a.activation, [&](auto act) { fn(act, std::false_type{}, std::false_type{}); });
+}
+
 // Stores a tile's accumulators from registers (pairs of output channels; a
 // thread's two rows at offs, -1 outside): as float32 partial sums of slice z
 // (kPartial), or with the bias, the residual (kResidual) and the activation.
@@ -451,44 +467,27 @@ __global__ void __launch_bounds__(2 * kM + 32, 1)
                  : -1;
     };
     const int positions = a.n * f.p * f.q;  // (split > 1: one phase, packed)
-    using A = Activation;
+    // The variant's arguments are computed once, outside the variants.
+#define CUSTOMCONV_VARIANT decltype(act)::value, decltype(residual)::value, decltype(partial)::value
     if constexpr (Cfg::kStaged) {
       float* buf = reinterpret_cast<float*>(smem_raw + (base - raw) + kStages * Cfg::kStageBytes) +
                    group * 64 * Cfg::kEpiPitch;
       const auto off = [&](int row) { return offset(group * 64 + row); };
       const int col0 = nt * kN;
-      if (a.split > 1) {
-        store_tile_staged<T, kN, A::kIdentity, false, true>(a, acc, buf, group, col0, z, positions,
-                                                            off);
-      } else if (a.residual != nullptr) {
-        with_activation(a.activation, [&](auto act) {
-          store_tile_staged<T, kN, decltype(act)::value, true, false>(a, acc, buf, group, col0, z,
-                                                                      positions, off);
-        });
-      } else {
-        with_activation(a.activation, [&](auto act) {
-          store_tile_staged<T, kN, decltype(act)::value, false, false>(a, acc, buf, group, col0, z,
-                                                                       positions, off);
-        });
-      }
+      with_epilogue(a, [&](auto act, auto residual, auto partial) {
+        store_tile_staged<T, kN, CUSTOMCONV_VARIANT>(a, acc, buf, group, col0, z, positions, off);
+      });
     } else {
       const int warp = (tid & 127) >> 5;
       int offs[2];  // the thread's two rows' output offsets (-1: outside)
 #pragma unroll
       for (int h = 0; h < 2; ++h) offs[h] = offset(group * 64 + warp * 16 + (lane >> 2) + 8 * h);
       const int col0 = nt * kN + 2 * (lane & 3);
-      if (a.split > 1) {
-        store_tile<T, kN, A::kIdentity, false, true>(a, acc, offs, col0, z, positions);
-      } else if (a.residual != nullptr) {
-        with_activation(a.activation, [&](auto act) {
-          store_tile<T, kN, decltype(act)::value, true, false>(a, acc, offs, col0, z, positions);
-        });
-      } else {
-        with_activation(a.activation, [&](auto act) {
-          store_tile<T, kN, decltype(act)::value, false, false>(a, acc, offs, col0, z, positions);
-        });
-      }
+      with_epilogue(a, [&](auto act, auto residual, auto partial) {
+        store_tile<T, kN, CUSTOMCONV_VARIANT>(a, acc, offs, col0, z, positions);
+      });
     }
+#undef CUSTOMCONV_VARIANT
   }
 #endif
 }

@@ -29,8 +29,6 @@ __device__ __forceinline__ uint32_t desc_lo(uint32_t addr) {
 __device__ __forceinline__ uint64_t desc_of(uint32_t lo) {
   return uint64_t(lo) | (uint64_t((1024 >> 4) | (1u << 30)) << 32);
 }
-// The descriptor of the tile starting at shared address `addr`.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) { return desc_of(desc_lo(addr)); }
 
 // Before a batch of instructions: the accumulator registers are settled.
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -78,7 +76,7 @@ __device__ __forceinline__ void barrier_arrive_on_copies(uint32_t bar) {
 }
 
 // The instructions: D (64 x 128, float32) += A (64 x K) * B (K x 128), A and
-// B described by smem_desc; `accumulate` 0 overwrites D. One macro writes the
+// B described by desc_of; `accumulate` 0 overwrites D. One macro writes the
 // operand list once for the three element types.
 #define CUSTOMCONV_WGMMA_M64N128(NAME, SHAPE_TYPES, TAIL)                                     \
   __device__ __forceinline__ void NAME(float (&d)[64], uint64_t a, uint64_t b, int accumulate) { \
