@@ -212,19 +212,21 @@ bool fprop_wgmma_bf16(const ConvProblem& problem);
 // Whether the Hopper forward takes a problem, its box of output positions
 // per 128 x 128 tile and its reduction slices: dense layers (groups 1) with
 // windows larger than 1x1, packed NHWC input, K a multiple of 8 and strides
-// up to 8; float32 under TF32 with 128 or more input channels (4 or more
-// 128-byte reduction steps a tap), the reduction split in two where the
-// tiles fill at most half the multiprocessors; float16 and bfloat16 with 256
-// or more input channels (a multiple of 64) where the tiles fill more than
-// half of them (fewer: CUTLASS 3's Hopper kernel, fprop_sm90_f16 below, is
-// faster than ours split in two). On an H100, with the L2 cache evicted before each call
-// (as bench.py times), it took ResNet-50's 256- and 512-channel 3x3 layers
-// at N=32 from 46-56 us to 43-46 (cuDNN 32-40), and since its epilogue is
-// compiled per activation (store_tile), its 128-channel ones too (28x28: 50.8
-// -> 44.8 us, cuDNN 33.0; 56x56 stride 2: 52.2 -> 50.7, cuDNN 34.3). In
-// 16-bit it took the 256-channel ones from 28 to 24-25 us (cuDNN 21); at 128
-// channels it measured as fast as the sm80-style kernels, which keep those
-// layers, as they keep 64-channel ones (bench/NOTES.md). Tiles are boxes of output positions
+// up to 8, 128 or more input channels (float32 under TF32: 4 or more 128-byte
+// reduction steps a tap; float16 and bfloat16: a multiple of 64); in float32
+// the reduction split in two where the tiles fill at most half the
+// multiprocessors, in 16-bit only where they fill more than half of them
+// (fewer: CUTLASS 3's Hopper kernel, fprop_sm90_f16 below, is faster than
+// ours split in two: 512 channels at 7x7, 22.3 against 27.6 us on an H200).
+// On an H100, with the L2 cache evicted before each call (as bench.py times),
+// it took ResNet-50's 256- and 512-channel 3x3 layers at N=32 from 46-56 us
+// to 43-46 (cuDNN 32-40), and since its epilogue is compiled per activation
+// (store_tile), its 128-channel ones too (28x28: 50.8 -> 44.8 us, cuDNN 33.0;
+// 56x56 stride 2: 52.2 -> 50.7, cuDNN 34.3). In 16-bit, with the code a cold
+// tile runs kept short (stage_tile), it takes the 256-channel ones in 21-22
+// us (cuDNN 21) and the 128-channel ones in 25.5-27 (the sm80-style kernels
+// 28.5-29.5, cuDNN 21.5-22); 64-channel layers keep the sm80-style kernels
+// (bench/NOTES.md). Tiles are boxes of output positions
 // (choose_box), or 128 consecutive positions (im2col) where that takes fewer
 // rounds of tiles over the multiprocessors: on an H100 at N=32, float32, us,
 // boxes -> rows: 1024 channels at 14x14 460 -> 370 (cuDNN 358), 512 at
@@ -239,8 +241,8 @@ struct WgmmaPlan {
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   const bool wide = element_size == 2;  // 16-bit: 64 channels a step
   if ((element_size != 4 && !wide) || pr.groups != 1 || (pr.r == 1 && pr.s == 1) ||
-      pr.input_strides[0] != 0 || pr.c < (wide ? 256 : 128) || pr.c % (128 / element_size) != 0 ||
-      pr.k % 8 != 0 || pr.stride_h > 8 || pr.stride_w > 8) {
+      pr.input_strides[0] != 0 || pr.c < 128 || pr.c % (128 / element_size) != 0 || pr.k % 8 != 0 ||
+      pr.stride_h > 8 || pr.stride_w > 8) {
     return {false, 1, {}, false};
   }
   // im2col's window corners are 8-bit, its tap offsets 8-bit unsigned.

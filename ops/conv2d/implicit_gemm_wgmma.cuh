@@ -35,7 +35,7 @@
 // float32, or as float32 partial sums when the reduction is split: float32
 // outputs straight from registers (pairs of output channels, whole 32-byte
 // sectors), 16-bit ones through shared memory as runs of 8 channels
-// (store_tile_staged), since their pairs fill half a sector. Meanwhile the
+// (stage_tile, store_staged), since their pairs fill half a sector. Meanwhile the
 // producer is already loading the next tile.
 //
 // A launch may hold up to kMaxPhases sub-problems (Phase, wgmma_plan.h) that
@@ -125,7 +125,7 @@ struct Tile {
   static constexpr int kStep = kRowBytes / int(sizeof(T));
   static constexpr int kStageA = kM * kRowBytes;
   static constexpr int kStageBytes = kStageA + kN * kRowBytes;
-  // 16-bit outputs are stored through shared memory (store_tile_staged):
+  // 16-bit outputs are stored through shared memory (stage_tile):
   // each consumer warpgroup's 64 x kN float32 accumulators, rows padded by
   // 32 bytes so that the pair writes are free of bank conflicts.
   static constexpr bool kStaged = sizeof(T) == 2;
@@ -286,21 +286,23 @@ __device__ __forceinline__ void warpgroup_sync(int group) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + group) : "memory");
 }
 
-// Stores a warpgroup's 64 x kN accumulators through shared memory: each
-// thread writes its pairs to the staging rows `buf` (kN + 8 floats apart);
-// then thread t of the warpgroup reads back channels 8 (t % (kN / 8)) to
-// + 7 of rows t / (kN / 8) + 8i (kN = 128: 16 threads a row, 8 rows a pass)
-// and stores them as one 16-byte (float: two) access, so that a warp writes
-// two whole 256-byte rows of 16-bit output: as float32 partial sums of slice
-// z (kPartial), or with the bias, the residual (kResidual) and the
-// activation. off(row) is the row's output offset (-1: outside). On an H200,
-// float16, 256 channels at 56x56, N=32: 7% faster than pairs stored from
-// registers, which write half of each 32-byte sector (bench/NOTES.md).
-template <typename T, int kN, Activation kAct, bool kResidual, bool kPartial, typename Off>
-__device__ __forceinline__ void store_tile_staged(const Args& a, const float (&acc)[kN / 2],
-                                                  float* buf, int group, int col_tile, int z,
-                                                  int positions, Off&& off) {
-  constexpr int kPitch = kN + 8, kChunks = kN / 8, kRowsPerPass = 128 / kChunks;
+// 16-bit outputs go through shared memory in two parts, so that the variant
+// code each tile runs stays short (cold, it is fetched from memory: see
+// store_tile). stage_tile, one for all variants: each thread of a consumer
+// warpgroup writes its accumulator pairs to the staging rows `buf` (kN + 8
+// floats apart), and thread t < 64 writes row t's output offset (`row_off`,
+// -1: outside) into the row's padding. store_staged, per variant: thread t
+// reads back channels 8 (t % (kN / 8)) to + 7 of rows t / (kN / 8) + 8i (kN
+// = 128: 16 threads a row, 8 rows a pass) and stores them as one 16-byte
+// (float: two) access, so that a warp writes two whole 256-byte rows of
+// 16-bit output: as float32 partial sums of slice z (kPartial), or with the
+// bias, the residual (kResidual) and the activation. On an H200, float16, 256
+// channels at 56x56, N=32: 7% faster than pairs stored from registers, which
+// write half of each 32-byte sector (bench/NOTES.md).
+template <int kN>
+__device__ __forceinline__ void stage_tile(const float (&acc)[kN / 2], float* buf, int group,
+                                           int row_off) {
+  constexpr int kPitch = kN + 8;
   const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
   warpgroup_sync(group);  // the previous tile's reads of buf are done
 #pragma unroll
@@ -312,17 +314,25 @@ __device__ __forceinline__ void store_tile_staged(const Args& a, const float (&a
           make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
     }
   }
+  if (t < 64) buf[t * kPitch + kN] = __int_as_float(row_off);
   warpgroup_sync(group);
+}
+
+template <typename T, int kN, Activation kAct, bool kResidual, bool kPartial>
+__device__ __forceinline__ void store_staged(const Args& a, const float* buf, int col_tile, int z,
+                                             int positions) {
+  constexpr int kPitch = kN + 8, kChunks = kN / 8, kRowsPerPass = 128 / kChunks;
+  const int t = threadIdx.x & 127;
   const int chunk = t % kChunks, col = col_tile + 8 * chunk;
   if (col >= a.k) return;
   float b[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   if (!kPartial && a.bias != nullptr) load8(static_cast<const T*>(a.bias) + col, b);
 #pragma unroll 2
   for (int i = 0; i < 64 / kRowsPerPass; ++i) {
-    const int row = t / kChunks + kRowsPerPass * i;
-    const int o = off(row);
+    const float* src_row = buf + (t / kChunks + kRowsPerPass * i) * kPitch;
+    const int o = __float_as_int(src_row[kN]);
     if (o < 0) continue;
-    const float4* src = reinterpret_cast<const float4*>(buf + row * kPitch + 8 * chunk);
+    const float4* src = reinterpret_cast<const float4*>(src_row + 8 * chunk);
     const float4 lo = src[0], hi = src[1];
     float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
     if constexpr (kPartial) {
@@ -389,6 +399,9 @@ __global__ void __launch_bounds__(2 * kM + 32, 1)
       const int tap = (first * Cfg::kStep) / a.c;
       int lr = tap / f.s, ls = tap - lr * f.s;
       const int w_col0 = f.tap0 * a.c;  // the phase's first weight column
+      // Not unrolled: a call after the L2 is evicted fetches the code it runs
+      // from memory, and at four steps a pass this loop was 16 KB of it.
+#pragma unroll 1
       for (int step = first; step < last; ++step, ++it) {
         const int st = it % kStages;
         wgmma::barrier_wait(empty + 8u * st, ((it / kStages) & 1) ^ 1);
@@ -472,10 +485,10 @@ __global__ void __launch_bounds__(2 * kM + 32, 1)
     if constexpr (Cfg::kStaged) {
       float* buf = reinterpret_cast<float*>(smem_raw + (base - raw) + kStages * Cfg::kStageBytes) +
                    group * 64 * Cfg::kEpiPitch;
-      const auto off = [&](int row) { return offset(group * 64 + row); };
+      stage_tile<kN>(acc, buf, group, offset(group * 64 + (tid & 63)));
       const int col0 = nt * kN;
       with_epilogue(a, [&](auto act, auto residual, auto partial) {
-        store_tile_staged<T, kN, CUSTOMCONV_VARIANT>(a, acc, buf, group, col0, z, positions, off);
+        store_staged<T, kN, CUSTOMCONV_VARIANT>(a, buf, col0, z, positions);
       });
     } else {
       const int warp = (tid & 127) >> 5;
