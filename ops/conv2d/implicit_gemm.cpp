@@ -548,28 +548,27 @@ std::optional<at::Tensor> grad_input_as_hopper_forward(const at::Tensor& go,
   return fprop(go, rotated_weight_cuda(weight), std::nullopt, t);
 }
 
-// The float32 (TF32) strided input gradient by stride phases on the Hopper
-// forward kernel (implicit_gemm.h's dgrad_phases_sm90_f32), one launch after
-// the phases' weight is written (phase_weight_cuda). On an H100 (N=32, us,
-// CUTLASS's strided dgrad -> this, CUDA graphs / the L2 evicted before each
-// call): ResNet-50's 512-channel stride-2 layer 90.5 -> 53.2 / 93.2 -> 59.1
-// (cuDNN 40.2 / 42.8); 1024 channels at 14x14 242 -> 160 / 244 -> 166. With
-// 128 and 256 output channels the one-tap phases' reductions are short and
-// it measured slower (bench/NOTES.md), so wgmma_dgrad_phases_take asks for
-// 512. In 16-bit it measured no faster with
-// the L2 evicted (512 channels 44.8 -> 44.6, 768 channels 71.3 -> 74.5), so
-// those keep CUTLASS's kernel. nullopt where the route does not apply. With
-// groups > 1, `weight` is a grouped layer's and `s` the shape of the dense
-// problem with its block-diagonal weight, whose phases' weight is written
-// straight from the grouped one (phase_weight_cuda).
+// The strided input gradient by stride phases on the Hopper forward kernel
+// (implicit_gemm.h's dgrad_phases_sm90_*), float32 as TF32, float16 and
+// bfloat16, one launch after the phases' weight is written
+// (phase_weight_cuda). On an H100 (N=32, us, CUTLASS's strided dgrad -> this,
+// CUDA graphs / the L2 evicted before each call): ResNet-50's 512-channel
+// stride-2 layer in float32 90.5 -> 53.2 / 93.2 -> 59.1 (cuDNN 40.2 / 42.8);
+// 1024 channels at 14x14 242 -> 160 / 244 -> 166. In 16-bit, since the
+// kernel's cold start was shortened, that layer's forward+backward goes
+// 97.7 -> 89.6 (float16) and 97.8 -> 88.7 (bfloat16; cuDNN 68). With 128 and
+// 256 output channels the one-tap phases' reductions are short and it
+// measured slower in every type (16-bit: 108.7 -> 112.5 and 83.2 -> 86.9;
+// bench/NOTES.md), so wgmma_dgrad_phases_take asks for 512. nullopt where
+// the route does not apply. With groups > 1, `weight` is a grouped layer's
+// and `s` the shape of the dense problem with its block-diagonal weight,
+// whose phases' weight is written straight from the grouped one
+// (phase_weight_cuda).
 std::optional<at::Tensor> grad_input_by_hopper_phases(const at::Tensor& go, const at::Tensor& input,
                                                       const at::Tensor& weight,
                                                       const Conv2dShape<int64_t>& s,
                                                       int64_t groups = 1) {
-  if (input.scalar_type() != at::kFloat || !is_sm90(input.get_device()) ||
-      !go.is_contiguous(kChannelsLast)) {
-    return std::nullopt;
-  }
+  if (!is_sm90(input.get_device()) || !go.is_contiguous(kChannelsLast)) return std::nullopt;
   implicit_gemm::ConvProblem pr = geometry(input, s);
   if (!implicit_gemm::wgmma_dgrad_phases_take(pr)) return std::nullopt;
   const implicit_gemm::StridePhases sp = implicit_gemm::stride_phases(
@@ -580,7 +579,18 @@ std::optional<at::Tensor> grad_input_by_hopper_phases(const at::Tensor& go, cons
   pr.input = gi.mutable_data_ptr();
   pr.weight = const_cast<void*>(w.const_data_ptr());
   pr.output = const_cast<void*>(go.const_data_ptr());
-  if (!implicit_gemm::dgrad_phases_sm90_f32(pr)) return std::nullopt;
+  bool launched = false;
+  switch (input.scalar_type()) {
+    case at::kHalf:
+      launched = implicit_gemm::dgrad_phases_sm90_f16(pr);
+      break;
+    case at::kBFloat16:
+      launched = implicit_gemm::dgrad_phases_sm90_bf16(pr);
+      break;
+    default:
+      launched = implicit_gemm::dgrad_phases_sm90_f32(pr);
+  }
+  if (!launched) return std::nullopt;
   return gi;
 }
 #endif
@@ -669,7 +679,7 @@ std::optional<at::Tensor> implicit_gemm_grouped_conv2d_grad_input(const at::Tens
   Conv2dShape<int64_t> dense = s;
   dense.groups = 1;
 #ifdef CUSTOMCONV_WITH_SM90A
-  // The strided float32 layers by stride phases, without the dense weight.
+  // The strided layers by stride phases, without the dense weight.
   if (grad_output.is_contiguous(kChannelsLast) && aligned16(grad_output) &&
       s.in.c % channel_multiple(input) == 0 && s.in.n * s.in.h * s.in.w > 0 && s.oh * s.ow > 0) {
     const c10::cuda::CUDAGuard guard(input.device());

@@ -211,7 +211,10 @@ bool fprop_wgmma_bf16(const ConvProblem& problem);
 
 // Whether the Hopper forward takes a problem, its box of output positions
 // per 128 x 128 tile and its reduction slices: dense layers (groups 1) with
-// windows larger than 1x1, packed NHWC input, K a multiple of 8 and strides
+// windows larger than 1x1 or a stride (unstrided 1x1 layers are GEMMs for
+// cuBLAS; strided ones measured 0-2 us faster here than on the sm80-style
+// kernels: float16 512 -> 1024 channels from 28x28, 24.5 -> 22.7 us), packed
+// NHWC input, K a multiple of 8 and strides
 // up to 8, 128 or more input channels (float32 under TF32: 4 or more 128-byte
 // reduction steps a tap; float16 and bfloat16: a multiple of 64); in float32
 // the reduction split in two where the tiles fill at most half the
@@ -240,9 +243,10 @@ struct WgmmaPlan {
 };
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   const bool wide = element_size == 2;  // 16-bit: 64 channels a step
-  if ((element_size != 4 && !wide) || pr.groups != 1 || (pr.r == 1 && pr.s == 1) ||
-      pr.input_strides[0] != 0 || pr.c < 128 || pr.c % (128 / element_size) != 0 || pr.k % 8 != 0 ||
-      pr.stride_h > 8 || pr.stride_w > 8) {
+  const bool pointwise = pr.r == 1 && pr.s == 1 && pr.stride_h == 1 && pr.stride_w == 1;
+  if ((element_size != 4 && !wide) || pr.groups != 1 || pointwise || pr.input_strides[0] != 0 ||
+      pr.c < 128 || pr.c % (128 / element_size) != 0 || pr.k % 8 != 0 || pr.stride_h > 8 ||
+      pr.stride_w > 8) {
     return {false, 1, {}, false};
   }
   // im2col's window corners are 8-bit, its tap offsets 8-bit unsigned.
@@ -264,18 +268,16 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   return {true, split ? 2 : 1, box, im2col};
 }
 
-// The float32 (TF32) input gradient of a strided layer on the Hopper forward
-// kernel, by stride phases (wgmma_plan.h's stride_phases: one stride-1
+// The input gradient of a strided layer (float32 as TF32, float16, bfloat16)
+// on the Hopper forward kernel, by stride phases (wgmma_plan.h's stride_phases: one stride-1
 // forward of grad_output per phase, all in one launch, each writing its
 // phase's input positions): ConvProblem as for dgrad (`input` written),
 // `weight` the phases' weight ((C, taps, K) in memory, taps in
 // stride_phases' slot order: phase_weight_cuda). Takes groups 1, dilation 1,
 // strides up to 2 no wider than the window, a plane of at least the stride,
-// K a multiple of 32 and C of 8, and `min_k` or more output channels (the
-// reduction of the one-tap phases); false (nothing launched) otherwise, where
-// the build has no sm_90a code or the device is not sm_90. (The kernel is
-// written for 16-bit types too; there the phases measured no faster than
-// CUTLASS's strided dgrad: bench/NOTES.md.)
+// K a multiple of 32 (16-bit: of 64) and C of 8, and `min_k` or more output
+// channels (the reduction of the one-tap phases); false (nothing launched)
+// otherwise, where the build has no sm_90a code or the device is not sm_90.
 inline bool wgmma_dgrad_phases_take(const ConvProblem& pr, int min_k = 512) {
   return pr.groups == 1 && (pr.stride_h > 1 || pr.stride_w > 1) && pr.stride_h <= 2 &&
          pr.stride_w <= 2 && pr.dilation_h == 1 && pr.dilation_w == 1 && pr.r >= pr.stride_h &&
@@ -283,6 +285,8 @@ inline bool wgmma_dgrad_phases_take(const ConvProblem& pr, int min_k = 512) {
          pr.k >= min_k && pr.k % 32 == 0 && pr.c % 8 == 0;
 }
 bool dgrad_phases_sm90_f32(const ConvProblem& problem);
+bool dgrad_phases_sm90_f16(const ConvProblem& problem);
+bool dgrad_phases_sm90_bf16(const ConvProblem& problem);
 
 // The Hopper weight gradient (wgrad_tile kSm90): `weight` written in the
 // element type in one pass (split_k 1); false where the build has no sm_90a

@@ -1,5 +1,5 @@
 """conv2d's Hopper forward (ops/conv2d/implicit_gemm_wgmma.cuh: warpgroup MMA
-fed by TMA on sm_90 devices): dense windows larger than 1x1, channels_last
+fed by TMA on sm_90 devices): dense windows larger than 1x1 or strided, channels_last
 128 or more input channels: float32 under TF32, and float16 and bfloat16
 (a multiple of 64) where the tiles are many (their output stored through
 shared memory), against F.conv2d in float64, the kernel seen
@@ -92,7 +92,8 @@ def test_hopper_forward_matches_torch_on_random_configs(idx, rng, gen, seed):
 
 # Layers the plan takes: ResNet-50's 3x3 layers with 128, 256 and 512 channels
 # (small planes split in two, at N=2; 14x14 at N=32 not), a plane wider
-# than a box's 128 rows, a plane the box does not divide, 5x5 with dilation.
+# than a box's 128 rows, a plane the box does not divide, 5x5 with dilation,
+# a strided 1x1 layer (ResNet-50's downsampling shortcut).
 PLAN_LAYERS = {
     "256-14x14": dict(n=32, c=256, k=256, size=14, kernel=3, stride=1, padding=1, dilation=1),
     "128-28x28": dict(n=32, c=128, k=128, size=28, kernel=3, stride=1, padding=1, dilation=1),
@@ -102,6 +103,7 @@ PLAN_LAYERS = {
     "512-14-s2": dict(n=2, c=512, k=512, size=14, kernel=3, stride=2, padding=1, dilation=1),
     "256-11x11": dict(n=3, c=256, k=200, size=11, kernel=3, stride=1, padding=1, dilation=1),
     "256-5x5-d2": dict(n=1, c=256, k=64, size=13, kernel=5, stride=1, padding=2, dilation=2),
+    "256-1x1-s2": dict(n=8, c=256, k=512, size=28, kernel=1, stride=2, padding=0, dilation=1),
 }
 
 
@@ -275,6 +277,26 @@ def test_16bit_hopper_forward_on_resnet_layer(layer, activation, dtype, gen, see
         r = make_tensor((x.shape[0], w.shape[0], *x.shape[2:]), dtype, "cuda", "channels_last", gen)
         got, ran = run_with_tf32(lambda: ops.conv2d_fused(x, w, b, [1, 1], [1, 1], [1, 1], 1, activation, r))
         check(got, x, w, b, 1, 1, 1, dtype, ctx, r, activation, tol=TOL16)
+    assert ran is not False, ctx
+
+
+@pytest.mark.parametrize("dtype", list(WIDE.values()), ids=list(WIDE))
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
+def test_16bit_hopper_forward_on_strided_1x1_layer(fused, dtype, gen, seed):
+    # ResNet-50's 512 -> 1024 shortcut from 28x28 at N=32 (196 x 8 tiles):
+    # every other pixel read by the tensor map; plain, and conv2d_fused with
+    # a residual and relu.
+    x = make_tensor((32, 512, 28, 28), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((1024, 512, 1, 1), dtype, "cuda", "channels_last", gen)
+    b = make_tensor((1024,), dtype, "cuda", gen=gen)
+    ctx = f"seed={seed} {dtype} fused={fused}"
+    if fused:
+        r = make_tensor((32, 1024, 14, 14), dtype, "cuda", "channels_last", gen)
+        got, ran = run_with_tf32(lambda: ops.conv2d_fused(x, w, b, [2, 2], [0, 0], [1, 1], 1, "relu", r))
+        check(got, x, w, b, 2, 0, 1, dtype, ctx, r, "relu", tol=TOL16)
+    else:
+        got, ran = run_with_tf32(lambda: ops.conv2d(x, w, b, [2, 2], [0, 0], [1, 1], 1))
+        check(got, x, w, b, 2, 0, 1, dtype, ctx, tol=TOL16)
     assert ran is not False, ctx
 
 
