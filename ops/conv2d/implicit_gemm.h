@@ -44,17 +44,18 @@
 //   forward      the fprop kernel; on small planes (128 x 128 output tiles
 //                for at most half the multiprocessors) its reduction split
 //                into float32 partial outputs, added in order with the bias;
-//                on sm_90 in float32 (TF32) with 128 or more input channels,
-//                our Hopper kernel (fprop_sm90_f32 below), and in 16-bit
-//                without bias or epilogue where the reduction would split,
-//                CUTLASS 3's Hopper kernel in one pass (fprop_sm90_f16/bf16);
+//                on sm_90 with 128 or more input channels, our Hopper
+//                kernel (fprop_sm90_f32, fprop_wgmma_f16/bf16 below), and in
+//                16-bit without bias or epilogue where the reduction would
+//                split, CUTLASS 3's Hopper kernel in one pass
+//                (fprop_sm90_f16/bf16);
 //   grad_input   CUTLASS's dgrad kernels: unit stride (any dilation), or
 //                strided without dilation, the weight read as it is; on
 //                sm_90, the stride-1 gradient as the Hopper forward of
 //                grad_output with the rotated weight where that forward
-//                runs a Hopper kernel, and float32 strided layers of 512 or
-//                more output channels by stride phases on our Hopper
-//                forward kernel (dgrad_phases_sm90_f32 below);
+//                runs a Hopper kernel, and strided layers of 512 or more
+//                output channels by stride phases on our Hopper forward
+//                kernel (dgrad_phases_sm90_* below);
 //   grad_weight  the wgrad kernel, its long reduction (N*P*Q) split into
 //                slices that fill the device, each written to its own float32
 //                plane (parallel split-K), then summed in a fixed order and
