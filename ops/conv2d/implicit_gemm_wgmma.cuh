@@ -209,43 +209,72 @@ __device__ __forceinline__ void with_epilogue(const Args& a, Fn&& fn) {
   with_activation(a.activation, [&](auto act) { fn(act, std::false_type{}, std::false_type{}); });
 }
 
-// Stores a tile's accumulators from registers (pairs of output channels; a
-// thread's two rows at offs, -1 outside): as float32 partial sums of slice z
-// (kPartial), or with the bias, the residual (kResidual) and the activation.
-// One variant per call, chosen once per tile: with the activation's switch
-// and every option inlined at each of a thread's 64 elements the epilogue
-// came to some 10 000 instructions, which each call fetched from memory once
-// the L2 cache had been evicted (about 7 us of a 35 us layer on an H100;
-// bench/NOTES.md).
+// Stores a tile's accumulators (the bias already added: add_bias) from
+// registers, pairs of output channels; a thread's two rows at offs (-1
+// outside): as float32 partial sums of slice z (kPartial), or with the
+// residual (kResidual) and the activation. One variant per call, chosen once
+// per tile, each store predicated rather than branched around: a call after
+// the L2 is evicted fetches the variant's code from memory, and with the
+// activation's switch and every option inlined at each of a thread's 64
+// elements the epilogue came to some 10 000 instructions (about 7 us of a 35
+// us layer on an H100), with the bias and a branch per column pair 430 for
+// the plain variant (bench/NOTES.md).
 template <typename T, int kN, Activation kAct, bool kResidual, bool kPartial>
 __device__ __forceinline__ void store_tile(const Args& a, const float (&acc)[kN / 2],
                                            const int (&offs)[2], int col0, int z, int positions) {
-  const T* bias = static_cast<const T*>(a.bias);
-  const T* residual = static_cast<const T*>(a.residual);
-  T* y = static_cast<T*>(a.y);
+  const int cols_left = a.k - col0;
 #pragma unroll
-  for (int j = 0; j < kN / 8; ++j) {
-    const int col = col0 + 8 * j;
-    if (col >= a.k) continue;
-    float2 b = make_float2(0.f, 0.f);
-    if (!kPartial && bias != nullptr) b = load_pair(bias + col);
+  for (int h = 0; h < 2; ++h) {
+    if (offs[h] < 0) continue;
+    const int64_t row = offs[h] + col0;
+    if constexpr (kPartial) {
+      float* dst = a.partial + int64_t(z) * positions * a.k + row;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (offs[h] < 0) continue;
-      const int off = offs[h] + col;
-      float lo = acc[4 * j + 2 * h], hi = acc[4 * j + 2 * h + 1];
-      if constexpr (kPartial) {
-        *reinterpret_cast<float2*>(a.partial + int64_t(z) * positions * a.k + off) =
-            make_float2(lo, hi);
-      } else {
-        lo += b.x, hi += b.y;
-        if constexpr (kResidual) {
-          const float2 r = load_pair(residual + off);
-          lo += r.x, hi += r.y;
+      for (int j = 0; j < kN / 8; ++j) {
+        if (8 * j < cols_left) {
+          *reinterpret_cast<float2*>(dst + 8 * j) =
+              make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         }
-        store_pair(y + off, activate(kAct, lo), activate(kAct, hi));
+      }
+    } else {
+      T* dst = static_cast<T*>(a.y) + row;
+      const T* res = kResidual ? static_cast<const T*>(a.residual) + row : nullptr;
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) {
+        if (8 * j < cols_left) {
+          float lo = acc[4 * j + 2 * h], hi = acc[4 * j + 2 * h + 1];
+          if constexpr (kResidual) {
+            const float2 r = load_pair(res + 8 * j);
+            lo += r.x, hi += r.y;
+          }
+          store_pair(dst + 8 * j, activate(kAct, lo), activate(kAct, hi));
+        }
       }
     }
+  }
+}
+
+// The bias of the thread's kN / 4 output channels (pairs 8 apart from col0),
+// zeros where there is none or the reduction is split (the split-K sum adds
+// it); loaded as a tile starts, so that the main loop hides the loads, and
+// added to the accumulators before store_tile's variants (float32 outputs:
+// 0.2-2.5 us faster on ResNet-50's 3x3 layers on an H100; 16-bit ones, which
+// add it in store_staged, measured 0.5 us slower so).
+template <typename T, int kN>
+__device__ __forceinline__ void load_bias(const Args& a, int col0, float2 (&b)[kN / 8]) {
+  const T* bias = static_cast<const T*>(a.bias);
+  const bool any = bias != nullptr && a.split == 1;
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+    b[j] = any && col0 + 8 * j < a.k ? load_pair(bias + col0 + 8 * j) : make_float2(0.f, 0.f);
+  }
+}
+template <int kN>
+__device__ __forceinline__ void add_bias(float (&acc)[kN / 2], const float2 (&b)[kN / 8]) {
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) acc[4 * j + 2 * h] += b[j].x, acc[4 * j + 2 * h + 1] += b[j].y;
   }
 }
 
@@ -441,6 +470,8 @@ __global__ void __launch_bounds__(2 * kM + 32, 1)
     const int last = int(int64_t(all_steps) * (z + 1) / a.split);
 #pragma unroll
     for (int i = 0; i < Cfg::kRegs; ++i) acc[i] = 0.f;
+    float2 bias[kN / 8];  // (16-bit: added by store_staged)
+    if constexpr (!Cfg::kStaged) load_bias<T, kN>(a, nt * kN + 2 * (lane & 3), bias);
     for (int step = first; step < last; ++step, ++it) {
       const int st = it % kStages;
       wgmma::barrier_wait(full + 8u * st, (it / kStages) & 1);
@@ -463,6 +494,7 @@ __global__ void __launch_bounds__(2 * kM + 32, 1)
     wgmma::wait<0>();
     wgmma::fence_operands(acc);
     if (last > first && lane == 0) wgmma::barrier_arrive(empty + 8u * ((it + kStages - 1) % kStages));
+    if constexpr (!Cfg::kStaged) add_bias<kN>(acc, bias);
 
     const int ow0 = (box % f.tw) * a.bw, oh0 = ((box / f.tw) % f.th) * a.bh,
               n0 = (box / (f.tw * f.th)) * a.bn;
