@@ -81,7 +81,7 @@ bool fprop_wgmma(const ConvProblem& pr) {
 }
 
 // The strided input gradient by stride phases (implicit_gemm.h's
-// dgrad_phases_sm90_f32): pr as for dgrad, its weight the phases' weight. One
+// dgrad_phases_sm90_*): pr as for dgrad, its weight the phases' weight. One
 // launch for all phases, no split. T: float (TF32), __half or __nv_bfloat16.
 template <typename T>
 bool dgrad_phases_wgmma(const ConvProblem& pr) {
