@@ -64,15 +64,27 @@ namespace customconv::implicit_gemm::wgmma_fprop {
 
 constexpr int kRowBytes = 128;  // one reduction step of one row (a 128-byte swizzle row)
 
-// One k16 (k8 for TF32) instruction of an m64 x 128 tile.
-template <typename T>
-__device__ __forceinline__ void mma_step(float (&d)[64], uint64_t a, uint64_t b, int acc) {
-  if constexpr (std::is_same_v<T, __half>) {
-    wgmma::mma_m64n128k16_f16(d, a, b, acc);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    wgmma::mma_m64n128k16_bf16(d, a, b, acc);
+// One k16 (k8 for TF32) instruction of an m64 x 128 tile (64 accumulators a
+// thread) or an m64 x 64 one (32).
+template <typename T, int kRegs>
+__device__ __forceinline__ void mma_step(float (&d)[kRegs], uint64_t a, uint64_t b, int acc) {
+  static_assert(kRegs == 64 || kRegs == 32, "m64 x 128 or m64 x 64");
+  if constexpr (kRegs == 64) {
+    if constexpr (std::is_same_v<T, __half>) {
+      wgmma::mma_m64n128k16_f16(d, a, b, acc);
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      wgmma::mma_m64n128k16_bf16(d, a, b, acc);
+    } else {
+      wgmma::mma_m64n128k8_tf32(d, a, b, acc);
+    }
   } else {
-    wgmma::mma_m64n128k8_tf32(d, a, b, acc);
+    if constexpr (std::is_same_v<T, __half>) {
+      wgmma::mma_m64n64k16_f16(d, a, b, acc);
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      wgmma::mma_m64n64k16_bf16(d, a, b, acc);
+    } else {
+      wgmma::mma_m64n64k8_tf32(d, a, b, acc);
+    }
   }
 }
 
@@ -133,7 +145,7 @@ struct Tile {
   static constexpr int kEpiBytes = kStaged ? (kM / 64) * 64 * kEpiPitch * 4 : 0;
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + 2 * 8 * kStages + 1024;
   static constexpr int kRegs = kN / 2;
-  static_assert(kN == 128, "the instructions are m64 x 128 (wgmma.cuh)");
+  static_assert(kN == 128 || kN == 64, "the instructions are m64 x 128 or m64 x 64 (wgmma.cuh)");
   static_assert(kM == 64 || kM == 128, "one or two consumer warpgroups");
 };
 

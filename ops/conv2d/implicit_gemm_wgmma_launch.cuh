@@ -16,13 +16,15 @@
 
 namespace customconv::implicit_gemm {
 
-// Launches the kernel on `a` (its box and phases set) over the input x (n,
-// h, w, c NHWC) and the weight w ((k, taps * c)); false (nothing launched)
-// where the device cannot run it or the driver refuses the tensor maps.
-template <typename T>
+// Launches the kernel, tiles of 128 positions x kN output channels (128, or
+// 64 for layers of at most 64), on `a` (its box and phases set) over the
+// input x (n, h, w, c NHWC) and the weight w ((k, taps * c)); false (nothing
+// launched) where the device cannot run it or the driver refuses the tensor
+// maps.
+template <typename T, int kN = 128>
 bool launch_wgmma(wgmma_fprop::Args& a, const void* x, const void* w, int h, int wd, int taps,
                   int device, void* stream) {
-  constexpr int kM = 128, kN = 128, kStages = 4;
+  constexpr int kM = 128, kStages = 4;
   using Cfg = wgmma_fprop::Tile<T, kM, kN, kStages>;
   const auto kernel = &wgmma_fprop::fprop_tma_kernel<T, kM, kN, kStages>;
   static CachedKernelFit fit(reinterpret_cast<const void*>(kernel),
@@ -74,8 +76,11 @@ bool fprop_wgmma(const ConvProblem& pr) {
   Phase& f = a.ph[0];
   f.p = pr.p, f.q = pr.q, f.r = pr.r, f.s = pr.s, f.pad_h = pr.pad_h, f.pad_w = pr.pad_w;
   f.sw = pr.k, f.sh = pr.q * pr.k, f.sn = pr.p * pr.q * pr.k;
-  if (!launch_wgmma<T>(a, pr.input, pr.weight, pr.h, pr.w, pr.r * pr.s, pr.device, pr.stream))
-    return false;
+  const bool launched = plan.cols == 64 ? launch_wgmma<T, 64>(a, pr.input, pr.weight, pr.h, pr.w,
+                                                              pr.r * pr.s, pr.device, pr.stream)
+                                        : launch_wgmma<T>(a, pr.input, pr.weight, pr.h, pr.w,
+                                                          pr.r * pr.s, pr.device, pr.stream);
+  if (!launched) return false;
   if (pr.split_k > 1) launch_sum_slices<T>(pr);
   return true;
 }

@@ -107,4 +107,27 @@ CUSTOMCONV_WGMMA_M64N128(mma_m64n128k16_bf16, "m64n128k16.f32.bf16.bf16", "1, 1,
 CUSTOMCONV_WGMMA_M64N128(mma_m64n128k8_tf32, "m64n128k8.f32.tf32.tf32", "1, 1")
 #undef CUSTOMCONV_WGMMA_M64N128
 
+// The same with B 64 columns wide: D (64 x 64, float32) in 32 registers.
+#define CUSTOMCONV_WGMMA_M64N64(NAME, SHAPE_TYPES, TAIL)                                          \
+  __device__ __forceinline__ void NAME(float(&d)[32], uint64_t a, uint64_t b, int accumulate) {   \
+    asm volatile(                                                                                 \
+        "{\n.reg .pred p;\n"                                                                      \
+        "setp.ne.b32 p, %34, 0;\n"                                                                \
+        "wgmma.mma_async.sync.aligned." SHAPE_TYPES                                               \
+        " {"                                                                                      \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                  \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"          \
+        "}, %32, %33, p, " TAIL ";\n}\n"                                                          \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),     \
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),           \
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),           \
+          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])            \
+        : "l"(a), "l"(b), "r"(accumulate));                                                       \
+  }
+CUSTOMCONV_WGMMA_M64N64(mma_m64n64k16_f16, "m64n64k16.f32.f16.f16", "1, 1, 0, 0")
+CUSTOMCONV_WGMMA_M64N64(mma_m64n64k16_bf16, "m64n64k16.f32.bf16.bf16", "1, 1, 0, 0")
+CUSTOMCONV_WGMMA_M64N64(mma_m64n64k8_tf32, "m64n64k8.f32.tf32.tf32", "1, 1")
+#undef CUSTOMCONV_WGMMA_M64N64
+
 }  // namespace customconv::wgmma

@@ -1,8 +1,8 @@
 """conv2d's Hopper forward (ops/conv2d/implicit_gemm_wgmma.cuh: warpgroup MMA
 fed by TMA on sm_90 devices): dense windows larger than 1x1 or strided, channels_last
-128 or more input channels: float32 under TF32, and float16 and bfloat16
-(a multiple of 64) where the tiles are many (their output stored through
-shared memory), against F.conv2d in float64, the kernel seen
+128 or more input channels (64 or more where the output has at most 64, on
+64-wide tiles): float32 under TF32, and float16 and bfloat16 (a multiple of
+64) where the tiles are many (their output stored through shared memory), against F.conv2d in float64, the kernel seen
 running in the profiler (implicit_gemm.h, wgmma_fprop_plan); boxes of output
 positions that do and do not divide the plane, rows of consecutive positions
 (TMA's im2col mode) across rows and images, the split-K sum with
@@ -79,8 +79,9 @@ def test_hopper_forward_matches_torch_on_random_configs(idx, rng, gen, seed):
     # whose sides rarely divide the box, split in two or not.
     kernel, stride, dilation, padding, size = random_hopper_window(rng, [1, 2, 3, 5, 7], [2, 3, 3, 5], 16)
     dtype = torch.float32
-    c = rng.choice([128, 160, 256, 288, 320])
     k = 8 * rng.randint(1, 16)
+    # From 128 input channels; from 64 where the output's are at most 64 (64-wide tiles).
+    c = rng.choice(([64, 96] if k <= 64 else []) + [128, 160, 256, 288, 320])
     x = make_tensor((rng.randint(1, 3), c, *size), dtype, "cuda", "channels_last", gen)
     w = make_tensor((k, c, *kernel), dtype, "cuda", rng.choice(["contiguous", "channels_last"]), gen)
     b = make_tensor((k,), dtype, "cuda", gen=gen) if rng.random() < 0.7 else None
@@ -93,7 +94,9 @@ def test_hopper_forward_matches_torch_on_random_configs(idx, rng, gen, seed):
 # Layers the plan takes: ResNet-50's 3x3 layers with 128, 256 and 512 channels
 # (small planes split in two, at N=2; 14x14 at N=32 not), a plane wider
 # than a box's 128 rows, a plane the box does not divide, 5x5 with dilation,
-# a strided 1x1 layer (ResNet-50's downsampling shortcut).
+# a strided 1x1 layer (ResNet-50's downsampling shortcut), and layers of at
+# most 64 output channels on 64-wide tiles (ResNet-50's 64-channel layer, a
+# partial column tile).
 PLAN_LAYERS = {
     "256-14x14": dict(n=32, c=256, k=256, size=14, kernel=3, stride=1, padding=1, dilation=1),
     "128-28x28": dict(n=32, c=128, k=128, size=28, kernel=3, stride=1, padding=1, dilation=1),
@@ -104,6 +107,8 @@ PLAN_LAYERS = {
     "256-11x11": dict(n=3, c=256, k=200, size=11, kernel=3, stride=1, padding=1, dilation=1),
     "256-5x5-d2": dict(n=1, c=256, k=64, size=13, kernel=5, stride=1, padding=2, dilation=2),
     "256-1x1-s2": dict(n=8, c=256, k=512, size=28, kernel=1, stride=2, padding=0, dilation=1),
+    "64-56x56": dict(n=4, c=64, k=64, size=56, kernel=3, stride=1, padding=1, dilation=1),
+    "96-20x20-k40": dict(n=6, c=96, k=40, size=20, kernel=3, stride=1, padding=1, dilation=1),
 }
 
 
@@ -199,12 +204,13 @@ def test_hopper_forward_rows_of_positions(layer, fused, gen, seed):
 
 
 def test_hopper_forward_declines_what_it_does_not_take(gen):
-    # 16-bit, 1x1 windows, fewer than 128 channels, groups and exact float32
-    # keep their routes (the results still right).
+    # 16-bit layers of few tiles, 1x1 windows, fewer input channels than a
+    # tile's columns, groups and exact float32 keep their routes (the
+    # results still right).
     cases = [((2, 256, 7, 7), (64, 256, 3, 3), 1, torch.float16, True),
              ((2, 256, 7, 7), (64, 256, 3, 3), 1, torch.bfloat16, True),
              ((2, 256, 7, 7), (32, 256, 1, 1), 1, torch.float32, True),
-             ((2, 64, 7, 7), (64, 64, 3, 3), 1, torch.float32, True),
+             ((2, 64, 7, 7), (128, 64, 3, 3), 1, torch.float32, True),
              ((2, 512, 7, 7), (256, 256, 3, 3), 2, torch.float16, True),
              ((2, 256, 7, 7), (64, 256, 3, 3), 1, torch.float32, False)]
     for xs, ws, groups, dtype, tf32 in cases:
@@ -231,7 +237,8 @@ WIDE = {"f16": torch.float16, "bf16": torch.bfloat16}
 @pytest.mark.parametrize("dtype", list(WIDE.values()), ids=list(WIDE))
 @pytest.mark.parametrize("idx", range(12))
 def test_16bit_hopper_forward_matches_torch_on_random_configs(idx, dtype, rng, gen, seed):
-    # 16-bit: input channels a multiple of 64 from 128, images enough for more
+    # 16-bit: input channels a multiple of 64 from 128 (from 64 with at most 64
+    # output channels, 64-wide tiles), images enough for more
     # output tiles than half the multiprocessors (the plan splits none);
     # windows, strides, paddings and dilations per axis; output channels any
     # multiple of 8 (partial column tiles, runs of 8 in the staged store); a
@@ -243,8 +250,8 @@ def test_16bit_hopper_forward_matches_torch_on_random_configs(idx, dtype, rng, g
     out = [(sz + 2 * p - e) // st + 1 for sz, e, p, st in zip(size, ext, padding, stride)]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     n = -(-(sms // 2 + 2) * 128 // (out[0] * out[1]))
-    c = 64 * rng.randint(2, 6)
     k = 8 * rng.randint(1, 24)
+    c = 64 * rng.randint(1 if k <= 64 else 2, 6)  # 64 only for 64-wide tiles
     x = make_tensor((n, c, *size), dtype, "cuda", "channels_last", gen)
     w = make_tensor((k, c, *kernel), dtype, "cuda", rng.choice(["contiguous", "channels_last"]), gen)
     b = make_tensor((k,), dtype, "cuda", gen=gen) if rng.random() < 0.7 else None
@@ -263,11 +270,12 @@ def test_16bit_hopper_forward_matches_torch_on_random_configs(idx, dtype, rng, g
 
 @pytest.mark.parametrize("dtype", list(WIDE.values()), ids=list(WIDE))
 @pytest.mark.parametrize("activation", ["identity", "relu", "silu", "gelu"])
-@pytest.mark.parametrize("layer", ["256-14x14", "128-28x28"])
+@pytest.mark.parametrize("layer", ["256-14x14", "128-28x28", "64-56x56"])
 def test_16bit_hopper_forward_on_resnet_layer(layer, activation, dtype, gen, seed):
-    # ResNet-50's 256-channel 3x3 layer at N=32 (98 tiles) and its
-    # 128-channel one at 28x28 (N=32: 196 tiles): plain, and conv2d_fused
-    # with its residual and activation in the epilogue.
+    # ResNet-50's 256-channel 3x3 layer at N=32 (98 tiles), its 128-channel
+    # one at 28x28 (N=32: 196 tiles) and its 64-channel one at 56x56 (N=4:
+    # 98 tiles 64 channels wide): plain, and conv2d_fused with its residual
+    # and activation in the epilogue.
     x, w, b, st, pd, dl = plan_layer(layer, dtype, gen)
     ctx = f"seed={seed} {dtype} {layer} {activation}"
     if activation == "identity":
