@@ -218,9 +218,12 @@ bool fprop_wgmma_bf16(const ConvProblem& problem);
 // NHWC input, K a multiple of 8 and strides
 // up to 8, 128 or more input channels (float32 under TF32: 4 or more 128-byte
 // reduction steps a tap; float16 and bfloat16: a multiple of 64), or 64 or
-// more for layers of at most 64 output channels, whose tiles are 64 channels
+// more for layers of 40 to 64 output channels, whose tiles are 64 channels
 // wide (`cols`; the 128-wide ones multiplied an empty half: 64 channels at
-// 56x56 in float16 46.0 us against 35.9 on the sm80-style kernels); in float32
+// 56x56 in float16 46.0 us against 35.9 on the sm80-style kernels; on 64-wide
+// tiles, two blocks a multiprocessor in 16-bit, 33.2, and 128 -> 64 channels
+// at 28x28 29.6 -> 19.9, cuDNN 27.7 and 18.2; with 32 output channels or
+// fewer, half of a 64-wide tile is empty too and it measured slower); in float32
 // the reduction split in two where the tiles fill at most half the
 // multiprocessors, in 16-bit only where they fill more than half of them
 // (fewer: CUTLASS 3's Hopper kernel, fprop_sm90_f16 below, is faster than
@@ -232,8 +235,7 @@ bool fprop_wgmma_bf16(const ConvProblem& problem);
 // 56x56 stride 2: 52.2 -> 50.7, cuDNN 34.3). In 16-bit, with the code a cold
 // tile runs kept short (stage_tile), it takes the 256-channel ones in 21-22
 // us (cuDNN 21) and the 128-channel ones in 25.5-27 (the sm80-style kernels
-// 28.5-29.5, cuDNN 21.5-22); 64-channel layers keep the sm80-style kernels
-// (bench/NOTES.md). Tiles are boxes of output positions
+// 28.5-29.5, cuDNN 21.5-22) (bench/NOTES.md). Tiles are boxes of output positions
 // (choose_box), or 128 consecutive positions (im2col) where that takes fewer
 // rounds of tiles over the multiprocessors: on an H100 at N=32, float32, us,
 // boxes -> rows: 1024 channels at 14x14 460 -> 370 (cuDNN 358), 512 at
@@ -244,12 +246,12 @@ struct WgmmaPlan {
   int split;
   Box box;
   bool im2col;     // tiles of 128 consecutive output positions (TMA's im2col mode), not boxes
-  int cols = 128;  // output channels a tile: 128, or 64 for layers of at most 64
+  int cols = 128;  // output channels a tile: 128, or 64 for layers of 40 to 64
 };
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   const bool wide = element_size == 2;  // 16-bit: 64 channels a step
   const bool pointwise = pr.r == 1 && pr.s == 1 && pr.stride_h == 1 && pr.stride_w == 1;
-  const int cols = pr.k <= 64 ? 64 : 128;
+  const int cols = pr.k > 32 && pr.k <= 64 ? 64 : 128;
   if ((element_size != 4 && !wide) || pr.groups != 1 || pointwise || pr.input_strides[0] != 0 ||
       pr.c < cols || pr.c % (128 / element_size) != 0 || pr.k % 8 != 0 || pr.stride_h > 8 ||
       pr.stride_w > 8) {
