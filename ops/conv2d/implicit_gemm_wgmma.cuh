@@ -290,6 +290,19 @@ __device__ __forceinline__ void add_bias(float (&acc)[kN / 2], const float2 (&b)
   }
 }
 
+// Asks the L2 for half a row of the residual, kN / 2 channels from column
+// col of the output offset row_off (-1: outside, nothing asked).
+template <typename T, int kN>
+__device__ __forceinline__ void prefetch_residual(const Args& a, int row_off, int col) {
+  constexpr int kPerLine = 128 / int(sizeof(T)), kLines = (kN / 2 + kPerLine - 1) / kPerLine;
+  if (row_off < 0) return;
+  const T* p = static_cast<const T*>(a.residual) + row_off + col;
+#pragma unroll
+  for (int i = 0; i < kLines; ++i) {
+    if (col + i * kPerLine < a.k) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p + i * kPerLine));
+  }
+}
+
 // Eight consecutive values of T as floats, and back (16-bit: one 16-byte
 // access; float: two).
 template <typename T>
@@ -480,6 +493,26 @@ __global__ void __launch_bounds__(2 * kM + 32, 1)
     const int all_steps = f.r * f.s * a.c / Cfg::kStep;
     const int first = int(int64_t(all_steps) * z / a.split);
     const int last = int(int64_t(all_steps) * (z + 1) / a.split);
+    const int ow0 = (box % f.tw) * a.bw, oh0 = ((box / f.tw) % f.th) * a.bh,
+              n0 = (box / (f.tw * f.th)) * a.bn;
+    // The output offset of the tile's row `row` (-1: outside).
+    const auto offset = [&](int row) {
+      int ow, oh, nn;
+      if (a.im2col) {
+        const Position x = position_of(f, ow0 + row);
+        nn = x.n, oh = x.oh, ow = x.ow;
+      } else {
+        ow = ow0 + row % a.bw, oh = oh0 + (row / a.bw) % a.bh, nn = n0 + row / (a.bw * a.bh);
+      }
+      return row < box_rows && ow < f.q && oh < f.p && nn < a.n
+                 ? f.y0 + nn * f.sn + oh * f.sh + ow * f.sw
+                 : -1;
+    };
+    // The residual's rows of the tile, asked of the L2 now so that the
+    // epilogue does not wait for memory.
+    if (a.residual != nullptr && a.split == 1) {
+      prefetch_residual<T, kN>(a, offset(group * 64 + (tid & 63)), nt * kN + (tid & 64 ? kN / 2 : 0));
+    }
 #pragma unroll
     for (int i = 0; i < Cfg::kRegs; ++i) acc[i] = 0.f;
     float2 bias[kN / 8];  // (16-bit: added by store_staged)
@@ -508,21 +541,6 @@ __global__ void __launch_bounds__(2 * kM + 32, 1)
     if (last > first && lane == 0) wgmma::barrier_arrive(empty + 8u * ((it + kStages - 1) % kStages));
     if constexpr (!Cfg::kStaged) add_bias<kN>(acc, bias);
 
-    const int ow0 = (box % f.tw) * a.bw, oh0 = ((box / f.tw) % f.th) * a.bh,
-              n0 = (box / (f.tw * f.th)) * a.bn;
-    // The output offset of the tile's row `row` (-1: outside).
-    const auto offset = [&](int row) {
-      int ow, oh, nn;
-      if (a.im2col) {
-        const Position x = position_of(f, ow0 + row);
-        nn = x.n, oh = x.oh, ow = x.ow;
-      } else {
-        ow = ow0 + row % a.bw, oh = oh0 + (row / a.bw) % a.bh, nn = n0 + row / (a.bw * a.bh);
-      }
-      return row < box_rows && ow < f.q && oh < f.p && nn < a.n
-                 ? f.y0 + nn * f.sn + oh * f.sh + ow * f.sw
-                 : -1;
-    };
     const int positions = a.n * f.p * f.q;  // (split > 1: one phase, packed)
     // The variant's arguments are computed once, outside the variants.
 #define CUSTOMCONV_VARIANT decltype(act)::value, decltype(residual)::value, decltype(partial)::value
