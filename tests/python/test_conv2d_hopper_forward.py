@@ -328,3 +328,34 @@ def test_16bit_hopper_forward_in_a_cuda_graph(dtype, gen):
     x, w, b, st, pd, dl = plan_layer("256-14x14", dtype, gen)
     (out,), _graph = capture_and_replay(lambda: (ops.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 1),), [x, w], gen)
     check(out, x, w, b, 1, 1, 1, dtype, f"graph {dtype}", tol=TOL16)
+
+
+# Small layers that reach each epilogue of the Hopper forward in every type,
+# with enough tiles that the plan takes them in 16-bit too (more than half the
+# multiprocessors of an H100 or H200): a partial 128-wide column tile with a
+# residual and gelu, 64-wide tiles (two blocks a multiprocessor) with a
+# residual and relu and partly empty, and a strided 1x1 layer. Small enough
+# for compute-sanitizer's racecheck: `pytest -k epilogues_small`.
+SMALL_LAYERS = {
+    # name: (n, c, k, size, kernel, stride, activation, residual)
+    "136-partial-gelu-residual": (24, 128, 136, 14, 3, 1, "gelu", True),
+    "64-wide-relu-residual": (4, 64, 64, 56, 3, 1, "relu", True),
+    "64-wide-k40": (4, 128, 40, 56, 3, 1, "identity", False),
+    "1x1-s2-relu": (12, 256, 512, 28, 1, 2, "relu", False),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, *WIDE.values()], ids=["f32", *WIDE])
+@pytest.mark.parametrize("layer", list(SMALL_LAYERS))
+def test_hopper_forward_epilogues_small(layer, dtype, gen, seed):
+    n, c, k, size, kernel, stride, activation, residual = SMALL_LAYERS[layer]
+    pad = kernel // 2
+    x = make_tensor((n, c, size, size), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((k, c, kernel, kernel), dtype, "cuda", "channels_last", gen)
+    b = make_tensor((k,), dtype, "cuda", gen=gen)
+    out = (size + 2 * pad - kernel) // stride + 1
+    r = make_tensor((n, k, out, out), dtype, "cuda", "channels_last", gen) if residual else None
+    got, ran = run_with_tf32(lambda: ops.conv2d_fused(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1, activation, r))
+    ctx = f"seed={seed} {dtype} {layer}"
+    check(got, x, w, b, stride, pad, 1, dtype, ctx, r, activation, tol=TOL if dtype == torch.float32 else TOL16)
+    assert ran is not False, ctx
