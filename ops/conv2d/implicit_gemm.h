@@ -44,8 +44,9 @@
 //   forward      the fprop kernel; on small planes (128 x 128 output tiles
 //                for at most half the multiprocessors) its reduction split
 //                into float32 partial outputs, added in order with the bias;
-//                on sm_90 with 128 or more input channels, our Hopper
-//                kernel (fprop_sm90_f32, fprop_wgmma_f16/bf16 below), and in
+//                on sm_90 with 128 or more input channels (64 or more for
+//                40 to 64 output channels), our Hopper kernel
+//                (fprop_sm90_f32, fprop_wgmma_f16/bf16 below), and in
 //                16-bit without bias or epilogue where the reduction would
 //                split, CUTLASS 3's Hopper kernel in one pass
 //                (fprop_sm90_f16/bf16);
@@ -211,23 +212,23 @@ bool fprop_wgmma_f16(const ConvProblem& problem);
 bool fprop_wgmma_bf16(const ConvProblem& problem);
 
 // Whether the Hopper forward takes a problem, its box of output positions
-// per 128 x 128 tile and its reduction slices: dense layers (groups 1) with
-// windows larger than 1x1 or a stride (unstrided 1x1 layers are GEMMs for
-// cuBLAS; strided ones measured 0-2 us faster here than on the sm80-style
-// kernels: float16 512 -> 1024 channels from 28x28, 24.5 -> 22.7 us), packed
-// NHWC input, K a multiple of 8 and strides
-// up to 8, 128 or more input channels (float32 under TF32: 4 or more 128-byte
-// reduction steps a tap; float16 and bfloat16: a multiple of 64), or 64 or
-// more for layers of 40 to 64 output channels, whose tiles are 64 channels
-// wide (`cols`; the 128-wide ones multiplied an empty half: 64 channels at
-// 56x56 in float16 46.0 us against 35.9 on the sm80-style kernels; on 64-wide
-// tiles, two blocks a multiprocessor in 16-bit, 33.2, and 128 -> 64 channels
-// at 28x28 29.6 -> 19.9, cuDNN 27.7 and 18.2; with 32 output channels or
-// fewer, half of a 64-wide tile is empty too and it measured slower); in float32
-// the reduction split in two where the tiles fill at most half the
-// multiprocessors, in 16-bit only where they fill more than half of them
-// (fewer: CUTLASS 3's Hopper kernel, fprop_sm90_f16 below, is faster than
-// ours split in two: 512 channels at 7x7, 22.3 against 27.6 us on an H200).
+// per tile, its tile width and its reduction slices. It takes dense layers
+// (groups 1) with windows larger than 1x1 or a stride (unstrided 1x1 layers
+// are GEMMs for cuBLAS; strided ones measured 0-2 us faster here than on the
+// sm80-style kernels: float16 512 -> 1024 channels from 28x28, 24.5 -> 22.7
+// us), packed NHWC input, K a multiple of 8, strides up to 8, and input
+// channels a multiple of one 128-byte step (32 float32, 64 16-bit ones):
+//   - 128 or more of them on tiles 128 output channels wide;
+//   - 64 or more for layers of 40 to 64 output channels, on tiles 64 wide
+//     (`cols`), two blocks a multiprocessor. The 128-wide ones multiplied an
+//     empty half: 64 channels at 56x56 in float16 46.0 us against 35.9 on the
+//     sm80-style kernels; 64-wide, 33.2 (cuDNN 27.7), and 128 -> 64 channels
+//     at 28x28 29.6 -> 19.9 (cuDNN 18.2). With 32 output channels or fewer
+//     half of a 64-wide tile is empty too, and it measured slower.
+// In float32 the reduction is split in two where the tiles fill at most half
+// the multiprocessors; in 16-bit the plan declines those problems (CUTLASS
+// 3's Hopper kernel, fprop_sm90_f16 below, is faster than ours split in two:
+// 512 channels at 7x7, 22.3 against 27.6 us on an H200).
 // On an H100, with the L2 cache evicted before each call (as bench.py times),
 // it took ResNet-50's 256- and 512-channel 3x3 layers at N=32 from 46-56 us
 // to 43-46 (cuDNN 32-40), and since its epilogue is compiled per activation
