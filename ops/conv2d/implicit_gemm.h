@@ -248,6 +248,10 @@ struct WgmmaPlan {
   Box box;
   bool im2col;     // tiles of 128 consecutive output positions (TMA's im2col mode), not boxes
   int cols = 128;  // output channels a tile: 128, or 64 for layers of 40 to 64
+  // The pingpong kernel (float32, 128-wide tiles, more tiles than
+  // multiprocessors): each consumer warpgroup owns whole tiles, and one's
+  // epilogue runs beside the other's main loop.
+  bool pingpong = false;
 };
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   const bool wide = element_size == 2;  // 16-bit: 64 channels a step
@@ -274,7 +278,7 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   const int64_t tiles = im2col ? im2col_tiles : box_tiles;
   const bool split = 2 * tiles <= pr.multiprocessors;
   if (wide && split) return {false, 1, {}, false};
-  return {true, split ? 2 : 1, box, im2col, cols};
+  return {true, split ? 2 : 1, box, im2col, cols, !wide && cols == 128 && tiles > sms};
 }
 
 // The input gradient of a strided layer (float32 as TF32, float16, bfloat16)

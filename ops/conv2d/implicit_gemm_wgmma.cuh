@@ -130,10 +130,49 @@ __device__ __forceinline__ Phase phase_of(const Args& a, int u) {
   return f;
 }
 
-template <typename T, int kM, int kN, int kStages>
+// Tile t of a launch (slice z's tile u): its phase, output-channel tile nt,
+// box corner (ow0, oh0, n0; im2col: ow0 the first position) and reduction
+// steps [first, last) of kStep channels.
+struct TileAt {
+  Phase f;
+  int z, nt, ow0, oh0, n0, first, last;
+
+  // The output offset of the tile's row `row` (-1: outside).
+  __device__ __forceinline__ int offset(const Args& a, int row) const {
+    int ow, oh, nn;
+    if (a.im2col) {
+      const Position x = position_of(f, ow0 + row);
+      nn = x.n, oh = x.oh, ow = x.ow;
+    } else {
+      ow = ow0 + row % a.bw, oh = oh0 + (row / a.bw) % a.bh, nn = n0 + row / (a.bw * a.bh);
+    }
+    return row < a.bw * a.bh * a.bn && ow < f.q && oh < f.p && nn < a.n
+               ? f.y0 + nn * f.sn + oh * f.sh + ow * f.sw
+               : -1;
+  }
+};
+template <int kStep>
+__device__ __forceinline__ TileAt tile_at(const Args& a, int t, int n_tiles) {
+  TileAt x;
+  x.z = t / a.tiles;
+  const int u = t - x.z * a.tiles;
+  x.f = phase_of(a, u);
+  x.nt = (u - x.f.tiles_begin) % n_tiles;
+  const int box = (u - x.f.tiles_begin) / n_tiles;
+  x.ow0 = (box % x.f.tw) * a.bw, x.oh0 = ((box / x.f.tw) % x.f.th) * a.bh,
+  x.n0 = (box / (x.f.tw * x.f.th)) * a.bn;
+  const int all_steps = x.f.r * x.f.s * a.c / kStep;
+  x.first = int(int64_t(all_steps) * x.z / a.split);
+  x.last = int(int64_t(all_steps) * (x.z + 1) / a.split);
+  return x;
+}
+
+template <typename T, int kM, int kN, int kStages, bool kPingpong = false>
 struct Tile {
   static constexpr int kConsumers = 2 * kM;  // threads
-  static constexpr int kThreads = kConsumers + 32;  // the producer: one warp after them
+  // The producer: one warp after them, or (pingpong) a whole warpgroup, which
+  // hands its registers to the consumers.
+  static constexpr int kThreads = kConsumers + (kPingpong ? 128 : 32);
   static constexpr int kStep = kRowBytes / int(sizeof(T));
   static constexpr int kStageA = kM * kRowBytes;
   static constexpr int kStageBytes = kStageA + kN * kRowBytes;
@@ -143,8 +182,14 @@ struct Tile {
   static constexpr bool kStaged = sizeof(T) == 2;
   static constexpr int kEpiPitch = kN + 8;  // floats
   static constexpr int kEpiBytes = kStaged ? (kM / 64) * 64 * kEpiPitch * 4 : 0;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + 2 * 8 * kStages + 1024;
+  // Barriers: full and empty per stage, and (pingpong) the two warpgroups' turns.
+  static constexpr int kBarrierBytes = 2 * 8 * kStages + (kPingpong ? 16 : 0);
+  static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + kBarrierBytes + 1024;
+  // Warps that release a stage: every consumer warp, or one warpgroup's (pingpong).
+  static constexpr int kReleasers = kPingpong ? 4 : kConsumers / 32;
   static constexpr int kRegs = kN / 2;
+  static_assert(!kPingpong || (!kStaged && kM == 128 && kN == 128),
+                "pingpong: float32 tiles of 128 x 128 (consume_pingpong)");
   static_assert(kN == 128 || kN == 64, "the instructions are m64 x 128 or m64 x 64 (wgmma.cuh)");
   static_assert(kM == 64 || kM == 128, "one or two consumer warpgroups");
 };
@@ -405,14 +450,116 @@ __device__ __forceinline__ void store_staged(const Args& a, const float* buf, in
   }
 }
 
+// The consumers of the pingpong kernel (fprop_tma_kernel<..., true>, float32):
+// the block's i-th tile belongs to warpgroup i % 2, which computes all of its
+// 128 rows (two m64 x 128 instructions a 32-byte slice of the step, acc0 on
+// rows 0-63 and acc1 on 64-127). The warpgroups take turns on the main loop:
+// warpgroup g starts tile i's once the other has issued all of tile i - 1's
+// (its "turn" barrier, one arrival a warp), so the stages are consumed in the
+// order the producer fills them, and a warpgroup's wait on a stage's "full"
+// barrier is never more than one phase ahead of it. Each warpgroup walks
+// every tile of the block to count the other's steps (`it`, the stage ring's
+// position). A tile's epilogue (store_tile's variants, from registers, once
+// per 64-row block) runs while the other warpgroup's main loop does.
+template <typename T, int kM, int kN, int kStages>
+__device__ __forceinline__ void consume_pingpong(const Args& a, uint32_t base, uint32_t full,
+                                                 uint32_t empty) {
+  using Cfg = Tile<T, kM, kN, kStages, true>;
+  const int tid = threadIdx.x, group = tid / 128, lane = tid & 31, warp = (tid & 127) >> 5;
+  const uint32_t my_turn = empty + 8u * kStages + 8u * group;
+  const uint32_t next_turn = empty + 8u * kStages + 8u * (1 - group);
+  const int n_tiles = (a.k + kN - 1) / kN;
+  const int tiles = a.tiles * a.split;
+  const uint32_t a_lo0 = wgmma::desc_lo(base),
+                 a_lo1 = wgmma::desc_lo(base + uint32_t(64 * kRowBytes));
+  const uint32_t b_lo = wgmma::desc_lo(base + uint32_t(Cfg::kStageA));
+  int it = 0, turns = 0;  // the stage ring's position; this warpgroup's tiles so far
+  float acc0[Cfg::kRegs], acc1[Cfg::kRegs];
+  int i = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++i) {
+    const TileAt ti = tile_at<Cfg::kStep>(a, t, n_tiles);
+    if ((i & 1) != group) {  // the other warpgroup's tile
+      it += ti.last - ti.first;
+      continue;
+    }
+    // The thread's four rows' output offsets (two in each 64-row block; -1:
+    // outside), computed now so that the phase and the box are not held in
+    // registers through the main loop.
+    int offs[4];
+#pragma unroll
+    for (int h = 0; h < 4; ++h)
+      offs[h] = ti.offset(a, 64 * (h / 2) + warp * 16 + (lane >> 2) + 8 * (h % 2));
+    const int positions = a.n * ti.f.p * ti.f.q;  // (split > 1: one phase, packed)
+    const int z = ti.z, nt = ti.nt, first = ti.first, last = ti.last;
+    if (a.residual != nullptr && a.split == 1) {
+      const int row_off = ti.offset(a, tid & 127);
+      prefetch_residual<T, kN>(a, row_off, nt * kN);
+      prefetch_residual<T, kN>(a, row_off, nt * kN + kN / 2);
+    }
+#pragma unroll
+    for (int r = 0; r < Cfg::kRegs; ++r) acc0[r] = 0.f, acc1[r] = 0.f;
+    // Warpgroup 0's first tile starts at once; every other tile waits for the
+    // other warpgroup to have issued the previous tile's main loop.
+    if (i > 0) wgmma::barrier_wait(my_turn, (group == 0 ? turns - 1 : turns) & 1);
+    for (int step = first; step < last; ++step, ++it) {
+      const int st = it % kStages;
+      wgmma::barrier_wait(full + 8u * st, (it / kStages) & 1);
+      const uint32_t at0 = a_lo0 + uint32_t(st * (Cfg::kStageBytes >> 4));
+      const uint32_t at1 = a_lo1 + uint32_t(st * (Cfg::kStageBytes >> 4));
+      const uint32_t bt = b_lo + uint32_t(st * (Cfg::kStageBytes >> 4));
+      wgmma::fence_operands(acc0);
+      wgmma::fence_operands(acc1);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        mma_step<T>(acc0, wgmma::desc_of(at0 + 2 * kk), wgmma::desc_of(bt + 2 * kk), 1);
+        mma_step<T>(acc1, wgmma::desc_of(at1 + 2 * kk), wgmma::desc_of(bt + 2 * kk), 1);
+      }
+      wgmma::commit();
+      wgmma::wait<1>();
+      wgmma::fence_operands(acc0);
+      wgmma::fence_operands(acc1);
+      if (step > first && lane == 0)
+        wgmma::barrier_arrive(empty + 8u * ((it + kStages - 1) % kStages));
+    }
+    // This tile's stages are all waited on: the other warpgroup's turn.
+    if (lane == 0) wgmma::barrier_arrive(next_turn);
+    ++turns;
+    wgmma::wait<0>();
+    wgmma::fence_operands(acc0);
+    wgmma::fence_operands(acc1);
+    if (last > first && lane == 0)
+      wgmma::barrier_arrive(empty + 8u * ((it + kStages - 1) % kStages));
+    float2 bias[kN / 8];
+    load_bias<T, kN>(a, nt * kN + 2 * (lane & 3), bias);
+    add_bias<kN>(acc0, bias);
+    add_bias<kN>(acc1, bias);
+    const int col0 = nt * kN + 2 * (lane & 3);
+    // One copy of the variants' code for both 64-row blocks: the second's
+    // accumulators are moved into the first's once it is stored.
+#pragma unroll 1
+    for (int b = 0; b < 2; ++b) {
+      const int rows[2] = {b == 0 ? offs[0] : offs[2], b == 0 ? offs[1] : offs[3]};
+      with_epilogue(a, [&](auto act, auto residual, auto partial) {
+        store_tile<T, kN, decltype(act)::value, decltype(residual)::value,
+                   decltype(partial)::value>(a, acc0, rows, col0, z, positions);
+      });
+      if (b == 0) {
+#pragma unroll
+        for (int r = 0; r < Cfg::kRegs; ++r) acc0[r] = acc1[r];
+      }
+    }
+  }
+}
+
 // Requires: c a multiple of Tile::kStep, k of 8, the maps of make_maps below,
 // Tile::kSmemBytes of dynamic shared memory, any number of blocks.
-template <typename T, int kM, int kN, int kStages>
-__global__ void __launch_bounds__(2 * kM + 32, 1)
+template <typename T, int kM, int kN, int kStages, bool kPingpong = false>
+__global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads, 1)
     fprop_tma_kernel(const __grid_constant__ CUtensorMap xmap,
                      const __grid_constant__ CUtensorMap wmap, const Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = Tile<T, kM, kN, kStages>;
+  using Cfg = Tile<T, kM, kN, kStages, kPingpong>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t base = (raw + 1023u) & ~1023u;
@@ -422,7 +569,11 @@ __global__ void __launch_bounds__(2 * kM + 32, 1)
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       wgmma::barrier_init(full + 8u * i, 1);
-      wgmma::barrier_init(empty + 8u * i, Cfg::kConsumers / 32);
+      wgmma::barrier_init(empty + 8u * i, Cfg::kReleasers);
+    }
+    if constexpr (kPingpong) {
+      wgmma::barrier_init(empty + 8u * kStages, 4);      // warpgroup 0's turn
+      wgmma::barrier_init(empty + 8u * kStages + 8, 4);  // warpgroup 1's turn
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -432,23 +583,20 @@ __global__ void __launch_bounds__(2 * kM + 32, 1)
   const int tiles = a.tiles * a.split;
 
   if (tid >= Cfg::kConsumers) {  // the producer: one thread
+    // (Pingpong: 40 registers a thread for the producer warpgroup, 232 for the consumers.)
+    if constexpr (kPingpong) wgmma::release_registers<40>();
     if (tid != Cfg::kConsumers) return;
     const uint32_t bytes = uint32_t(a.bw * a.bh * a.bn * kRowBytes + kN * kRowBytes);
     int it = 0;
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      const int z = t / a.tiles, u = t - z * a.tiles;
-      const Phase f = phase_of(a, u);
-      const int nt = (u - f.tiles_begin) % n_tiles, box = (u - f.tiles_begin) / n_tiles;
-      const int ow0 = (box % f.tw) * a.bw, oh0 = ((box / f.tw) % f.th) * a.bh,
-                n0 = (box / (f.tw * f.th)) * a.bn;
-      int w0 = ow0 * a.stride_w - f.pad_w, h0 = oh0 * a.stride_h - f.pad_h, img = n0;
+      const TileAt ti = tile_at<Cfg::kStep>(a, t, n_tiles);
+      const Phase& f = ti.f;
+      const int nt = ti.nt, n0 = ti.n0, first = ti.first, last = ti.last;
+      int w0 = ti.ow0 * a.stride_w - f.pad_w, h0 = ti.oh0 * a.stride_h - f.pad_h, img = n0;
       if (a.im2col) {  // the first position's window corner
-        const Position x = position_of(f, ow0);
+        const Position x = position_of(f, ti.ow0);
         img = x.n, w0 = x.ow * a.stride_w - f.pad_w, h0 = x.oh * a.stride_h - f.pad_h;
       }
-      const int all_steps = f.r * f.s * a.c / Cfg::kStep;
-      const int first = int(int64_t(all_steps) * z / a.split);
-      const int last = int(int64_t(all_steps) * (z + 1) / a.split);
       int lc = (first * Cfg::kStep) % a.c;
       const int tap = (first * Cfg::kStep) / a.c;
       int lr = tap / f.s, ls = tap - lr * f.s;
@@ -479,35 +627,23 @@ __global__ void __launch_bounds__(2 * kM + 32, 1)
     return;
   }
 
+  if constexpr (kPingpong) {
+    wgmma::claim_registers<232>();
+    consume_pingpong<T, kM, kN, kStages>(a, base, full, empty);
+    return;
+  }
+
   // Consumers.
   const int group = tid / 128, lane = tid & 31;
-  const int box_rows = a.bw * a.bh * a.bn;
   const uint32_t a_lo = wgmma::desc_lo(base + uint32_t(group * 64 * kRowBytes));
   const uint32_t b_lo = wgmma::desc_lo(base + uint32_t(Cfg::kStageA));
   int it = 0;
   float acc[Cfg::kRegs];
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const int z = t / a.tiles, u = t - z * a.tiles;
-    const Phase f = phase_of(a, u);
-    const int nt = (u - f.tiles_begin) % n_tiles, box = (u - f.tiles_begin) / n_tiles;
-    const int all_steps = f.r * f.s * a.c / Cfg::kStep;
-    const int first = int(int64_t(all_steps) * z / a.split);
-    const int last = int(int64_t(all_steps) * (z + 1) / a.split);
-    const int ow0 = (box % f.tw) * a.bw, oh0 = ((box / f.tw) % f.th) * a.bh,
-              n0 = (box / (f.tw * f.th)) * a.bn;
-    // The output offset of the tile's row `row` (-1: outside).
-    const auto offset = [&](int row) {
-      int ow, oh, nn;
-      if (a.im2col) {
-        const Position x = position_of(f, ow0 + row);
-        nn = x.n, oh = x.oh, ow = x.ow;
-      } else {
-        ow = ow0 + row % a.bw, oh = oh0 + (row / a.bw) % a.bh, nn = n0 + row / (a.bw * a.bh);
-      }
-      return row < box_rows && ow < f.q && oh < f.p && nn < a.n
-                 ? f.y0 + nn * f.sn + oh * f.sh + ow * f.sw
-                 : -1;
-    };
+    const TileAt ti = tile_at<Cfg::kStep>(a, t, n_tiles);
+    const Phase& f = ti.f;
+    const int z = ti.z, nt = ti.nt, first = ti.first, last = ti.last;
+    const auto offset = [&](int row) { return ti.offset(a, row); };
     // The residual's rows of the tile, asked of the L2 now so that the
     // epilogue does not wait for memory.
     if (a.residual != nullptr && a.split == 1) {

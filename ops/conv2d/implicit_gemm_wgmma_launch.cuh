@@ -26,12 +26,15 @@ namespace customconv::implicit_gemm {
 // the other's main loop (with 4 stages, one block: 64 channels at 56x56 in
 // float16 37.7 us, against 33.2; 128 -> 64 channels at 28x28 22.0 against
 // 19.9).
-template <typename T, int kN = 128>
+// The pingpong kernel (kPingpong, float32) runs one block a multiprocessor,
+// 6 stages deep: its consumer warpgroups take turns on the main loop, so the
+// loads run further ahead of it.
+template <typename T, int kN = 128, bool kPingpong = false>
 bool launch_wgmma(wgmma_fprop::Args& a, const void* x, const void* w, int h, int wd, int taps,
                   int device, void* stream) {
-  constexpr int kM = 128, kStages = sizeof(T) == 2 && kN == 64 ? 3 : 4;
-  using Cfg = wgmma_fprop::Tile<T, kM, kN, kStages>;
-  const auto kernel = &wgmma_fprop::fprop_tma_kernel<T, kM, kN, kStages>;
+  constexpr int kM = 128, kStages = kPingpong ? 6 : sizeof(T) == 2 && kN == 64 ? 3 : 4;
+  using Cfg = wgmma_fprop::Tile<T, kM, kN, kStages, kPingpong>;
+  const auto kernel = &wgmma_fprop::fprop_tma_kernel<T, kM, kN, kStages, kPingpong>;
   static CachedKernelFit fit(reinterpret_cast<const void*>(kernel),
                              KernelNeeds{90, Cfg::kThreads, size_t(Cfg::kSmemBytes)});
   if (!fit.on(device)) return false;
@@ -81,10 +84,18 @@ bool fprop_wgmma(const ConvProblem& pr) {
   Phase& f = a.ph[0];
   f.p = pr.p, f.q = pr.q, f.r = pr.r, f.s = pr.s, f.pad_h = pr.pad_h, f.pad_w = pr.pad_w;
   f.sw = pr.k, f.sh = pr.q * pr.k, f.sn = pr.p * pr.q * pr.k;
-  const bool launched = plan.cols == 64 ? launch_wgmma<T, 64>(a, pr.input, pr.weight, pr.h, pr.w,
-                                                              pr.r * pr.s, pr.device, pr.stream)
-                                        : launch_wgmma<T>(a, pr.input, pr.weight, pr.h, pr.w,
-                                                          pr.r * pr.s, pr.device, pr.stream);
+  const int taps = pr.r * pr.s;
+  bool launched;
+  if (plan.cols == 64) {
+    launched = launch_wgmma<T, 64>(a, pr.input, pr.weight, pr.h, pr.w, taps, pr.device, pr.stream);
+  } else if constexpr (sizeof(T) == 4) {
+    launched = plan.pingpong ? launch_wgmma<T, 128, true>(a, pr.input, pr.weight, pr.h, pr.w, taps,
+                                                          pr.device, pr.stream)
+                             : launch_wgmma<T>(a, pr.input, pr.weight, pr.h, pr.w, taps, pr.device,
+                                               pr.stream);
+  } else {
+    launched = launch_wgmma<T>(a, pr.input, pr.weight, pr.h, pr.w, taps, pr.device, pr.stream);
+  }
   if (!launched) return false;
   if (pr.split_k > 1) launch_sum_slices<T>(pr);
   return true;

@@ -54,6 +54,18 @@ __device__ __forceinline__ void fence_operands(float (&d)[kRegs]) {
 // barrier completes a phase when its count of arrivals is reached; waiters
 // ask for the phase of a given parity (a fresh barrier is in phase 0, and a
 // wait for parity 1 returns at once).
+// Lowers (release) or raises (claim) the registers a thread of the executing
+// warpgroup holds, so that a producer warpgroup's spare registers serve the
+// consumers (setmaxnreg; every thread of the warpgroup executes it).
+template <int kRegs>
+__device__ __forceinline__ void release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
 __device__ __forceinline__ void barrier_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }

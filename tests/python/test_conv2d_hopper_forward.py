@@ -10,6 +10,8 @@ conv2d_fused's epilogue, a CUDA graph, and the problems the plan leaves to
 the other kernels. Skipped on other devices, where the sm80-style kernels
 (test_conv2d_implicit_gemm.py) run these cases."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -33,10 +35,10 @@ def step_channels(dtype) -> int:
     return 128 // torch.empty((), dtype=dtype).element_size()
 
 
-def run_with_tf32(fn):
-    """fn's result and whether the Hopper kernel ran in it (None where the
-    profiler saw no kernel: under compute-sanitizer), PyTorch's TF32 policy
-    for convolutions on."""
+def run_with_tf32(fn, kernel=r"implicit_gemm::wgmma"):
+    """fn's result and whether the Hopper kernel (a kernel whose name matches
+    the pattern `kernel`) ran in it (None where the profiler saw no kernel:
+    under compute-sanitizer), PyTorch's TF32 policy for convolutions on."""
     saved = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = True
     try:
@@ -46,7 +48,7 @@ def run_with_tf32(fn):
     finally:
         torch.backends.cudnn.allow_tf32 = saved
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return out, (any("implicit_gemm::wgmma" in n for n in names) if names else None)
+    return out, (any(re.search(kernel, n) for n in names) if names else None)
 
 
 # The result's own rounding, relative: 16-bit outputs half an ulp; float32's
@@ -358,4 +360,41 @@ def test_hopper_forward_epilogues_small(layer, dtype, gen, seed):
     got, ran = run_with_tf32(lambda: ops.conv2d_fused(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1, activation, r))
     ctx = f"seed={seed} {dtype} {layer}"
     check(got, x, w, b, stride, pad, 1, dtype, ctx, r, activation, tol=TOL if dtype == torch.float32 else TOL16)
+    assert ran is not False, ctx
+
+
+# Float32 layers with more tiles than an H100's or H200's 132
+# multiprocessors, which the plan gives to the pingpong kernel (implicit_gemm.h,
+# WgmmaPlan::pingpong: each consumer warpgroup owns whole tiles, turn by
+# turn): every epilogue, a partial column tile, rows of positions and boxes,
+# odd tile counts a block (the two warpgroups' shares differ), a plain
+# conv2d without bias. The smallest is small enough for compute-sanitizer's
+# racecheck: `pytest -k "pingpong and 1x1"`.
+PINGPONG_LAYERS = {
+    # name: (n, c, k, size, kernel, stride, activation, residual, bias)  tiles
+    "1x1-s2-k392-silu-residual": (6, 128, 392, 64, 1, 2, "silu", True, True),  # 192
+    "3x3-96x96-gelu-residual": (2, 128, 128, 96, 3, 1, "gelu", True, True),  # 144
+    "3x3-160ch-28x28-plain": (32, 160, 128, 28, 3, 1, None, False, False),  # 196
+    "5x5-s2-k200-relu6": (24, 128, 200, 40, 5, 2, "relu6", False, True),  # 150
+    "3x3-s2-hardswish-residual": (11, 256, 256, 56, 3, 2, "hardswish", True, True),  # 136
+}
+PINGPONG_KERNEL = r"fprop_tma_kernel<float, 128, 128, \d+, true>"
+
+
+@pytest.mark.parametrize("layer", list(PINGPONG_LAYERS))
+def test_hopper_forward_pingpong(layer, gen, seed):
+    n, c, k, size, kernel, stride, activation, residual, bias = PINGPONG_LAYERS[layer]
+    dtype, pad = torch.float32, kernel // 2
+    x = make_tensor((n, c, size, size), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((k, c, kernel, kernel), dtype, "cuda", "channels_last", gen)
+    b = make_tensor((k,), dtype, "cuda", gen=gen) if bias else None
+    out = (size + 2 * pad - kernel) // stride + 1
+    r = make_tensor((n, k, out, out), dtype, "cuda", "channels_last", gen) if residual else None
+    if activation is None:
+        call = lambda: ops.conv2d(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1)  # noqa: E731
+    else:
+        call = lambda: ops.conv2d_fused(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1, activation, r)  # noqa: E731
+    got, ran = run_with_tf32(call, kernel=PINGPONG_KERNEL)
+    ctx = f"seed={seed} {layer}"
+    check(got, x, w, b, stride, pad, 1, dtype, ctx, r, activation or "identity")
     assert ran is not False, ctx
