@@ -502,6 +502,18 @@ std::optional<at::Tensor> wgrad(const at::Tensor& x, const at::Tensor& go,
 
 }  // namespace
 
+bool hopper_forward_takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+#ifdef CUSTOMCONV_WITH_SM90A
+  if (s.groups != 1 || !takes_dtype(input) || !is_sm90(int(input.get_device()))) return false;
+  implicit_gemm::ConvProblem pr = geometry(input, s);
+  set_input_strides(pr, input);
+  return implicit_gemm::wgmma_fprop_plan(pr, int(input.element_size())).take;
+#else
+  (void)input, (void)s;
+  return false;
+#endif
+}
+
 std::optional<at::Tensor> implicit_gemm_conv2d(const at::Tensor& input, const at::Tensor& weight,
                                                const std::optional<at::Tensor>& bias,
                                                const Conv2dShape<int64_t>& s) {

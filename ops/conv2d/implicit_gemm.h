@@ -102,6 +102,11 @@ std::optional<at::Tensor> implicit_gemm_conv2d_fused(const at::Tensor& input, co
                                                      const std::optional<at::Tensor>& bias,
                                                      const Conv2dShape<int64_t>& s,
                                                      const ConvEpilogue& epilogue);
+// Whether the Hopper forward (fprop_sm90_f32, fprop_wgmma_f16/bf16 below)
+// would take the forward of `input` (as it is laid out) on its device: an
+// sm_90 device, a build with sm_90a code, float32 under PyTorch's TF32 policy
+// for convolutions or 16-bit, and wgmma_fprop_plan's conditions.
+bool hopper_forward_takes(const at::Tensor& input, const Conv2dShape<int64_t>& s);
 std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad_output,
                                                           const at::Tensor& input,
                                                           const at::Tensor& weight,

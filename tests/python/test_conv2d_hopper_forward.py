@@ -109,6 +109,8 @@ PLAN_LAYERS = {
     "256-11x11": dict(n=3, c=256, k=200, size=11, kernel=3, stride=1, padding=1, dilation=1),
     "256-5x5-d2": dict(n=1, c=256, k=64, size=13, kernel=5, stride=1, padding=2, dilation=2),
     "256-1x1-s2": dict(n=8, c=256, k=512, size=28, kernel=1, stride=2, padding=0, dilation=1),
+    # (float32 channels_last: taken here, not by the strided pointwise route, engines_cuda.cpp)
+    "512-1x1-s2-k1024": dict(n=16, c=512, k=1024, size=28, kernel=1, stride=2, padding=0, dilation=1),
     "64-56x56": dict(n=4, c=64, k=64, size=56, kernel=3, stride=1, padding=1, dilation=1),
     "96-20x20-k40": dict(n=6, c=96, k=40, size=20, kernel=3, stride=1, padding=1, dilation=1),
 }

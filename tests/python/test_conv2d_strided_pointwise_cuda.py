@@ -24,7 +24,9 @@ DTYPES = [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id
 # (batch, C, K, H, W, stride): each above 2^26 multiply-adds. In 16-bit and
 # float64 the gradients take the route, and the forward with C >= 1024; in
 # float32 the gradients with K >= 1024, and the forward with C >= 512 as well
-# (the last two layers keep CUTLASS there).
+# (the last two layers keep CUTLASS there; under TF32 on an sm_90 device,
+# channels_last float32 forwards go to the Hopper forward instead:
+# test_conv2d_hopper_forward.py).
 LAYERS = [
     pytest.param((4, 512, 1024, 14, 14, (2, 2)), id="512to1024-14-s2"),
     pytest.param((2, 1024, 1024, 15, 13, (2, 2)), id="1024to1024-15x13-s2"),
