@@ -230,6 +230,12 @@ bool fprop_wgmma_bf16(const ConvProblem& problem);
 //     sm80-style kernels; 64-wide, 33.2 (cuDNN 27.7), and 128 -> 64 channels
 //     at 28x28 29.6 -> 19.9 (cuDNN 18.2). With 32 output channels or fewer
 //     half of a 64-wide tile is empty too, and it measured slower.
+// Float32 128-wide tiles that outnumber the multiprocessors run the pingpong
+// variant (`pingpong`; H100, N=32, float32, us: the strided 1x1 256 -> 512
+// layer 48.9 -> 39.0, cuDNN 35.4; 128 channels at 56x56 stride 2 44.5 -> 40.0,
+// cuDNN 35.2; with one tile a block it has nothing to overlap and its
+// one-warpgroup epilogue is slower). In 16-bit it measured no faster than
+// the cooperative kernel's staged epilogue (bench/NOTES.md).
 // In float32 the reduction is split in two where the tiles fill at most half
 // the multiprocessors; in 16-bit the plan declines those problems (CUTLASS
 // 3's Hopper kernel, fprop_sm90_f16 below, is faster than ours split in two:

@@ -38,6 +38,12 @@
 // (stage_tile, store_staged), since their pairs fill half a sector. Meanwhile the
 // producer is already loading the next tile.
 //
+// The pingpong variant (kPingpong; float32, 128 x 128 tiles, where the plan
+// has more tiles than multiprocessors) gives each consumer warpgroup whole
+// tiles in turn (consume_pingpong), so that one's epilogue runs beside the
+// other's main loop. Its producer is a whole warpgroup, which hands its
+// registers to the consumers (setmaxnreg: 40 a thread for it, 232 for them).
+//
 // A launch may hold up to kMaxPhases sub-problems (Phase, wgmma_plan.h) that
 // share the input, the weight's tensor map and the box: each its own output
 // extent, window, padding, first weight column and output addressing, its
