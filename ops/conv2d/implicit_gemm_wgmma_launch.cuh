@@ -16,6 +16,27 @@
 
 namespace customconv::implicit_gemm {
 
+// Sets `a`'s phases' tile extents and ranges (its box and phases set) for
+// tiles kN channels wide, and a.tiles; returns a.tiles.
+template <int kN>
+int set_tiles(wgmma_fprop::Args& a) {
+  const int n_tiles = (a.k + kN - 1) / kN;
+  int tiles = 0;
+  for (int i = 0; i < a.phases; ++i) {
+    Phase& f = a.ph[i];
+    if (a.im2col) {
+      f.tw = int((int64_t(a.n) * f.p * f.q + a.bw - 1) / a.bw), f.th = f.tn = 1;
+    } else {
+      f.tw = (f.q + a.bw - 1) / a.bw, f.th = (f.p + a.bh - 1) / a.bh,
+      f.tn = (a.n + a.bn - 1) / a.bn;
+    }
+    f.tiles_begin = tiles;
+    tiles += f.tw * f.th * f.tn * n_tiles;
+  }
+  a.tiles = tiles;
+  return tiles;
+}
+
 // Launches the kernel, tiles of 128 positions x kN output channels (128, or
 // 64 for layers of 40 to 64), on `a` (its box and phases set) over the
 // input x (n, h, w, c NHWC) and the weight w ((k, taps * c)); false (nothing
@@ -38,20 +59,7 @@ bool launch_wgmma(wgmma_fprop::Args& a, const void* x, const void* w, int h, int
   static CachedKernelFit fit(reinterpret_cast<const void*>(kernel),
                              KernelNeeds{90, Cfg::kThreads, size_t(Cfg::kSmemBytes)});
   if (!fit.on(device)) return false;
-  const int n_tiles = (a.k + kN - 1) / kN;
-  int tiles = 0;
-  for (int i = 0; i < a.phases; ++i) {
-    Phase& f = a.ph[i];
-    if (a.im2col) {
-      f.tw = int((int64_t(a.n) * f.p * f.q + a.bw - 1) / a.bw), f.th = f.tn = 1;
-    } else {
-      f.tw = (f.q + a.bw - 1) / a.bw, f.th = (f.p + a.bh - 1) / a.bh,
-      f.tn = (a.n + a.bn - 1) / a.bn;
-    }
-    f.tiles_begin = tiles;
-    tiles += f.tw * f.th * f.tn * n_tiles;
-  }
-  a.tiles = tiles;
+  const int tiles = set_tiles<kN>(a);
   CUtensorMap xmap, wmap;
   if (!wgmma_fprop::make_maps<T, kN>(&xmap, &wmap, x, w, a.n, h, wd, a.c, a.k, taps, a))
     return false;
@@ -119,6 +127,13 @@ bool dgrad_phases_wgmma(const ConvProblem& pr) {
   a.bw = box.bw, a.bh = box.bh, a.bn = box.bn;
   a.phases = int(sp.phases.size());
   for (int i = 0; i < a.phases; ++i) a.ph[i] = sp.phases[i];
+  // float32: the pingpong kernel where the tiles outnumber the multiprocessors, as in the forward.
+  if constexpr (sizeof(T) == 4) {
+    if (set_tiles<128>(a) > pr.multiprocessors) {
+      return launch_wgmma<T, 128, true>(a, pr.output, pr.weight, pr.p, pr.q, pr.r * pr.s, pr.device,
+                                        pr.stream);
+    }
+  }
   return launch_wgmma<T>(a, pr.output, pr.weight, pr.p, pr.q, pr.r * pr.s, pr.device, pr.stream);
 }
 

@@ -12,6 +12,8 @@ narrower than the stride, float32 without TF32) still right. Skipped on devices 
 sm_90, where the sm80-style strided input gradient runs these cases
 (test_conv2d_implicit_gemm.py)."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -95,6 +97,23 @@ def test_resnet50_512_channel_stride_2_layer(dtype, gen):
     assert ran is not False
     assert got.is_contiguous(memory_format=torch.channels_last)
     check(got, go, x, w, (2, 2), (1, 1), (1, 1), "resnet50 512 stride 2")
+
+
+def test_float32_phases_on_the_pingpong_kernel(gen):
+    # At N=32 the phases' tiles (208) outnumber an H100's or H200's 132
+    # multiprocessors, so float32 runs the pingpong variant of the kernel.
+    go, x, w = make_layer(gen, torch.float32, 32, 512, 512, (14, 14), (3, 3), (2, 2), (1, 1))
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        got = []
+        names = kernels_launched(lambda: got.append(
+            ops.conv2d_grad_input(go, x, w, [2, 2], [1, 1], [1, 1], 1)))
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    if names:  # (none under compute-sanitizer)
+        assert re.search(r"fprop_tma_kernel<float, 128, 128, \d+, true>", names), names
+    check(got[0], go, x, w, (2, 2), (1, 1), (1, 1), "resnet50 512 stride 2, N=32")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
