@@ -32,18 +32,26 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 IDS = ["f32", "f16", "bf16"]
 
 
-def grad_input_and_route(go, x, w, stride, padding, dilation):
-    """conv2d_grad_input under TF32 and whether the phases' kernels ran (None
-    where the profiler saw no kernel: under compute-sanitizer)."""
+def grad_input_and_kernels(go, x, w, stride, padding, dilation, tf32=True):
+    """conv2d_grad_input with PyTorch's TF32 policy for convolutions set to
+    tf32, and the names of the kernels it launched (testlib.kernels_launched;
+    empty under compute-sanitizer)."""
     saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = tf32
     try:
         got = []
         names = kernels_launched(lambda: got.append(
             ops.conv2d_grad_input(go, x, w, list(stride), list(padding), list(dilation), 1)))
     finally:
         torch.backends.cudnn.allow_tf32 = saved
-    return got[0], (all(k in names for k in KERNELS) if names else None)
+    return got[0], names
+
+
+def grad_input_and_route(go, x, w, stride, padding, dilation):
+    """conv2d_grad_input under TF32 and whether the phases' kernels ran (None
+    where the profiler saw no kernel: under compute-sanitizer)."""
+    got, names = grad_input_and_kernels(go, x, w, stride, padding, dilation)
+    return got, (all(k in names for k in KERNELS) if names else None)
 
 
 def check(got, go, x, w, stride, padding, dilation, ctx):
@@ -103,17 +111,10 @@ def test_float32_phases_on_the_pingpong_kernel(gen):
     # At N=32 the phases' tiles (208) outnumber an H100's or H200's 132
     # multiprocessors, so float32 runs the pingpong variant of the kernel.
     go, x, w = make_layer(gen, torch.float32, 32, 512, 512, (14, 14), (3, 3), (2, 2), (1, 1))
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = True
-    try:
-        got = []
-        names = kernels_launched(lambda: got.append(
-            ops.conv2d_grad_input(go, x, w, [2, 2], [1, 1], [1, 1], 1)))
-    finally:
-        torch.backends.cudnn.allow_tf32 = saved
+    got, names = grad_input_and_kernels(go, x, w, (2, 2), (1, 1), (1, 1))
     if names:  # (none under compute-sanitizer)
         assert re.search(r"fprop_tma_kernel<float, 128, 128, \d+, true>", names), names
-    check(got[0], go, x, w, (2, 2), (1, 1), (1, 1), "resnet50 512 stride 2, N=32")
+    check(got, go, x, w, (2, 2), (1, 1), (1, 1), "resnet50 512 stride 2, N=32")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
@@ -138,17 +139,11 @@ def test_declined_layers_stay_right(case, dtype, gen):
 
 def test_float32_without_tf32_keeps_the_exact_routes(gen):
     go, x, w = make_layer(gen, torch.float32, 2, 64, 512, (10, 10), (3, 3), (2, 2), (1, 1))
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        got = []
-        names = kernels_launched(lambda: got.append(ops.conv2d_grad_input(go, x, w, [2, 2], [1, 1], [1, 1], 1)))
-    finally:
-        torch.backends.cudnn.allow_tf32 = saved
+    got, names = grad_input_and_kernels(go, x, w, (2, 2), (1, 1), (1, 1), tf32=False)
     assert "fprop_tma_kernel" not in names
     x64 = x.double().requires_grad_()
     want = torch.autograd.grad(F.conv2d(x64, w.double(), None, 2, 1), x64, go.double())[0]
-    torch.testing.assert_close(got[0].double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
 
 
 def test_empty_batch():
