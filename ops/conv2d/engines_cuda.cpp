@@ -93,23 +93,23 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
     if (auto out = strided_pointwise_conv2d_cuda(input, weight, bias, s)) return out;
   }
   if (s.groups > 1) {
-    // 16-bit stride-1 3x3 layers whose groups merge into 32 channels (grouped_mma.h).
+    // Groups of 8 (or 4) channels on tensor cores, an 8-channel slice a warp
+    // (grouped_mma.h): RegNet's 6 to 55 groups of 8, which no merge into
+    // 32-channel tiles divides, and ResNeXt's 32 groups of 4 and 8, where it
+    // measured faster than the merged route (implicit_gemm.h), which
+    // multiplies the zeros between groups. H100, N=32, channels_last, us,
+    // merged / this kernel: float32 (TF32) 128 ch at 56x56 (4 a group)
+    // 94.8 / 84.5, 256 at 28x28 53.5 / 47.4, 256 at 56x56 stride 2
+    // 70.7 / 69.3; float16 65.8 / 65.2, 38.3 / 36.0 (the tiled kernel
+    // below), 44.7 / 42.0.
+    if (auto out = grouped_mma_conv2d(input, weight, bias, s)) return out;
+    // 16-bit stride-1 3x3 layers with groups of 16 (grouped_mma.h).
     if (auto out = grouped_mma_tiled_conv2d(input, weight, bias, s)) return out;
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS
   if (auto out = implicit_gemm_conv2d(input, weight, bias, s)) return out;
 #endif
-  if (s.groups > 1) {
-    // Groups of 8 (or 4) channels that no merge divides (RegNet's 6, 13, 26
-    // and 55 groups of 8; implicit_gemm.h) on tensor cores. Where a merge
-    // divides them the merged route stays first: on an H100 it measured as
-    // fast or faster, though it multiplies zeros (ResNeXt's 32 groups of 8:
-    // 0.91-1.02x of this kernel's time in 16-bit, 1.6-1.9x faster in
-    // float32; its 32 groups of 4, seven eighths zeros: 65.5 us against 73.0
-    // in float16, 96 against 143 in float32).
-    if (auto out = grouped_mma_conv2d(input, weight, bias, s)) return out;
-    return grouped_direct_conv2d(input, weight, bias, s);
-  }
+  if (s.groups > 1) return grouped_direct_conv2d(input, weight, bias, s);
   return std::nullopt;
 }
 
@@ -127,14 +127,13 @@ std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
   if (!epilogue.has_residual()) {
     if (auto out = stem_direct_conv2d_cuda(input, weight, bias, s, epilogue.activation)) return out;
   }
-  if (s.groups > 1) {
+  if (s.groups > 1) {  // as in the forward
+    if (auto out = grouped_mma_conv2d(input, weight, bias, s, &epilogue)) return out;
     if (auto out = grouped_mma_tiled_conv2d(input, weight, bias, s, &epilogue)) return out;
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS
   if (auto out = implicit_gemm_conv2d_fused(input, weight, bias, s, epilogue)) return out;
 #endif
-  // Groups of 8 (or 4) channels the merged route declines, as in the forward.
-  if (s.groups > 1) return grouped_mma_conv2d(input, weight, bias, s, &epilogue);
   return std::nullopt;
 }
 

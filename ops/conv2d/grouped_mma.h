@@ -11,9 +11,9 @@
 // (grouped_direct.h), exact but 2x slower than cuDNN. One group's 8 output
 // channels are exactly the n = 8 of an mma.sync tile: no arithmetic is spent
 // on zeros between groups. Groups of 4 channels run two to a tile, with a
-// block-diagonal 8 x 8 weight per tap (half the products are zeros). Where a
-// merge does divide the groups (ResNeXt-50's 32 groups of 4 and of 8), the
-// merged route goes first (engines_cuda.cpp says why). The stride-1 input
+// block-diagonal 8 x 8 weight per tap (half the products are zeros). It goes
+// first for ResNeXt-50's 32 groups of 4 and of 8 as well, where it measured
+// faster than the merged route (engines_cuda.cpp). The stride-1 input
 // gradient runs through it as the forward of grad_output with the rotated
 // weight.
 //
@@ -53,8 +53,9 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
 // groups of 8 and 16), float16 or bfloat16, any padding and dilation, on
 // tensor cores: a block takes a rectangle of output positions of one image
 // and 32 channels, with the input under it read into shared memory once for
-// all 9 taps. (Other layers measured faster on the other routes.) Bias, and conv2d_fused's residual
-// (channels_last) and activation, in the kernel. Reads the input and the
+// all 9 taps. (Other layers measured faster on the other routes, and groups
+// of 8 reach it only where grouped_mma_conv2d declines them.) Bias, and
+// conv2d_fused's residual (channels_last) and activation, in the kernel. Reads the input and the
 // weight channels_last, every vector of 8 channels 16-byte aligned (others
 // decline), and gives the result in conv2d_output_format.
 std::optional<at::Tensor> grouped_mma_tiled_conv2d(const at::Tensor& input, const at::Tensor& weight,

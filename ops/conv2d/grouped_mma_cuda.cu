@@ -63,22 +63,31 @@ __device__ __forceinline__ Row<KH, KW> row_at(const Geometry& g, int m, int chan
   return r;
 }
 
-// Tap t of a row's window as raw bits (U: 32 bits, the thread's two 16-bit
-// channels or one float), `shift` elements past the thread's channel; zero
-// in the padding and for taps past the window's. `offset` holds each tap's
-// element offset from the top-left one; with a runtime window, dy and dx its
-// offset in input rows and columns. A predicated load, no branch.
-template <typename U, int KH, int KW, typename T>
-__device__ __forceinline__ U tap_bits(const T* in, const Row<KH, KW>& r, const Geometry& g, int t,
-                                      const int* offset, const int* dy, const int* dx, int shift = 0) {
-  bool inside;
+// The 8 bytes a lane reads of one row at one tap: tap `t`, or `t + 1` where
+// `next` (a per-lane choice between two taps known at compile time, so that
+// the window's bounds stay in registers); zero in the padding and for taps
+// past the window's. `offset` holds each tap's element offset from the
+// top-left one; with a runtime window, dy and dx its offset in input rows and
+// columns. A predicated load, no branch.
+template <int KH, int KW>
+__device__ __forceinline__ bool tap_inside(const Row<KH, KW>& r, const Geometry& g, int t,
+                                           const int* dy, const int* dx) {
   if constexpr (KH > 0) {
-    inside = t < KH * KW && r.row_in[t / KW] && r.col_in[t % KW];
+    return t < KH * KW && r.row_in[t / KW] && r.col_in[t % KW];
   } else {
-    inside = t < g.taps && r.ok && unsigned(r.iy + dy[t]) < unsigned(g.h) && unsigned(r.ix + dx[t]) < unsigned(g.w);
+    return t < g.taps && r.ok && unsigned(r.iy + dy[t]) < unsigned(g.h) &&
+           unsigned(r.ix + dx[t]) < unsigned(g.w);
   }
-  U v = 0;
-  if (inside) v = __ldg(reinterpret_cast<const U*>(in + (r.base + offset[t] + shift)));
+}
+
+template <int KH, int KW, typename T>
+__device__ __forceinline__ uint2 tap_bits(const T* in, const Row<KH, KW>& r, const Geometry& g,
+                                          int t, bool next, const int* offset, const int* dy,
+                                          const int* dx) {
+  const bool inside = next ? tap_inside(r, g, t + 1, dy, dx) : tap_inside(r, g, t, dy, dx);
+  const int at = next ? offset[t + 1 < (KH > 0 ? KH * KW : kMaxTaps) ? t + 1 : t] : offset[t];
+  uint2 v = make_uint2(0u, 0u);
+  if (inside) v = __ldg(reinterpret_cast<const uint2*>(in + (r.base + at)));
   return v;
 }
 
@@ -93,39 +102,53 @@ __device__ __forceinline__ U tap_bits(const T* in, const Row<KH, KW>& r, const G
 // block-diagonal (half of the products are zeros). Lane l holds rows l / 4
 // and l / 4 + 8 of the tile and, in the accumulators, output channels
 // 2 * (l % 4) and + 1 (mma.sync's fragment layout). The reduction runs over
-// (tap, channel):
-//   16-bit, m16n8k16: a step is two taps x 8 channels; the lane's A values
-//     are its rows' channels 2 * (l % 4), + 1 at both taps (two 32-bit loads
-//     a row), its B values the same channels of output channel l / 4;
-//   float32, m16n8k8 TF32: a step is one tap x 8 channels; the lane's A
-//     values are channels l % 4 and l % 4 + 4.
+// (tap, channel), and each lane reads 8 bytes of a row's pixel a load:
+//   16-bit, m16n8k16: a step is two taps x 8 channels; lanes with l % 4 of
+//     0 and 1 read channels 0-3 and 4-7 of the first tap, lanes with 2 and
+//     3 the same of the second (one 64-bit load a row and step);
+//   float32, m16n8k8 TF32: a step is one tap x 8 channels; lane l reads
+//     channels 2 * (l % 4) and + 1.
+// The step's reduction index is mapped onto (tap, channel) to match (the
+// B fragments follow the same map), so a warp's load covers whole 32-byte
+// sectors.
 // The slice's B fragments for every tap are loaded once into registers;
 // taps in the padding read zeros. Accumulators start from the bias; the
 // residual and the activation (conv2d_fused) are applied as they are stored.
 // Registers are capped for 8 resident blocks (32 warps) an SM: the float32
-// build, which holds 40 loaded values a tile, then spills a few registers,
+// build, which holds 36 loaded values a 3x3 tile, then spills a few registers,
 // and on an H100 it ran RegNet's 112x112 layer in 68 us instead of 96.
 template <typename T, int KH, int KW>
 __global__ void __launch_bounds__(kWarps * 32, 8)
     grouped_mma_forward_kernel(const T* __restrict__ in, const T* __restrict__ wt, const T* __restrict__ bias,
                                const T* __restrict__ residual, Activation act, T* __restrict__ out, Geometry g) {
   constexpr bool k16 = !std::is_same_v<T, float>;
-  constexpr int kSteps = k16 ? (kMaxTaps + 1) / 2 : kMaxTaps;
+  constexpr int kTaps = KH > 0 ? KH * KW : kMaxTaps;  // taps the registers hold
+  constexpr int kSteps = k16 ? (kTaps + 1) / 2 : kTaps;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, quad = lane & 3, row = lane >> 2;
   const int slice = blockIdx.y * kWarps + warp;
   if (slice >= g.slices) return;
   const int out_channel = slice * kGroupWidth + 2 * quad;
-  const int in_channel = slice * kGroupWidth + (k16 ? 2 * quad : quad);
+  // The lane's 8 bytes of a pixel: 16-bit, channels 4 * (quad % 2) to + 3
+  // of the step's first tap (quads 0 and 1) or its second (quads 2 and 3);
+  // float32, channels 2 * quad and + 1.
+  const int in_offset = k16 ? 4 * (quad & 1) : 2 * quad;
+  const bool second_tap = k16 && quad >= 2;
+  const int in_channel = slice * kGroupWidth + in_offset;
 
   // B: the slice's weight, (output channel `row`, tap, input channel), zero
   // where the input channel is in another group than the output channel
-  // (groups of 4: a block-diagonal 8 x 8 per tap).
+  // (groups of 4: a block-diagonal 8 x 8 per tap). The reduction index k of
+  // a step is mapped onto (tap, channel) so that each lane's A values are
+  // the 8 bytes it reads (see above), and B follows the same map: 16-bit,
+  // k = 2 quad, + 1 are channels in_offset, + 1 and k = 2 quad + 8, + 9
+  // channels in_offset + 2, + 3 of the lane's tap; float32, k = quad is
+  // channel 2 quad and k = quad + 4 channel 2 quad + 1.
   uint32_t b[kSteps][2];
-  int dy[kMaxTaps], dx[kMaxTaps], offset[kMaxTaps];
+  int dy[kTaps], dx[kTaps], offset[kTaps];
   const T* w = wt + int64_t(slice * kGroupWidth + row) * g.taps * g.width;
-  const auto same_group = [&](int c) { return c / g.width == row / g.width; };
+  const bool take = in_offset / g.width == row / g.width;  // the lane's channels share a group
 #pragma unroll
-  for (int t = 0; t < kMaxTaps; ++t) {
+  for (int t = 0; t < kTaps; ++t) {
     const int i = KH > 0 ? t / KW : t / g.s, j = KH > 0 ? t % KW : t % g.s;
     dy[t] = i * g.dh;
     dx[t] = j * g.dw;
@@ -134,16 +157,14 @@ __global__ void __launch_bounds__(kWarps * 32, 8)
 #pragma unroll
   for (int st = 0; st < kSteps; ++st) {
     if constexpr (k16) {
-      const int t0 = 2 * st, t1 = 2 * st + 1, c = 2 * quad;
-      const T* w0 = w + t0 * g.width + c % g.width;
-      const bool take = same_group(c);
-      b[st][0] = take && t0 < g.taps ? __ldg(reinterpret_cast<const uint32_t*>(w0)) : 0u;
-      b[st][1] = take && t1 < g.taps ? __ldg(reinterpret_cast<const uint32_t*>(w0 + g.width)) : 0u;
+      const int t = 2 * st + (second_tap ? 1 : 0);
+      const T* w0 = w + t * g.width + in_offset % g.width;
+      b[st][0] = take && t < g.taps ? __ldg(reinterpret_cast<const uint32_t*>(w0)) : 0u;
+      b[st][1] = take && t < g.taps ? __ldg(reinterpret_cast<const uint32_t*>(w0 + 2)) : 0u;
     } else {
-      const T* w0 = w + st * g.width;
-      const int c0 = quad, c1 = quad + 4;
-      b[st][0] = same_group(c0) && st < g.taps ? to_tf32(__float_as_uint(__ldg(w0 + c0 % g.width))) : 0u;
-      b[st][1] = same_group(c1) && st < g.taps ? to_tf32(__float_as_uint(__ldg(w0 + c1 % g.width))) : 0u;
+      const T* w0 = w + st * g.width + in_offset % g.width;
+      b[st][0] = take && st < g.taps ? to_tf32(__float_as_uint(__ldg(w0))) : 0u;
+      b[st][1] = take && st < g.taps ? to_tf32(__float_as_uint(__ldg(w0 + 1))) : 0u;
     }
   }
   const float bias0 = bias != nullptr ? static_cast<float>(bias[out_channel]) : 0.f;
@@ -158,16 +179,14 @@ __global__ void __launch_bounds__(kWarps * 32, 8)
     uint32_t a[kSteps][4];
 #pragma unroll
     for (int st = 0; st < kSteps; ++st) {
+      const int t = k16 ? 2 * st : st;
+      const uint2 v0 = tap_bits(in, r0, g, t, second_tap, offset, dy, dx);
+      const uint2 v1 = tap_bits(in, r1, g, t, second_tap, offset, dy, dx);
       if constexpr (k16) {
-        a[st][0] = tap_bits<uint32_t>(in, r0, g, 2 * st, offset, dy, dx);
-        a[st][1] = tap_bits<uint32_t>(in, r1, g, 2 * st, offset, dy, dx);
-        a[st][2] = tap_bits<uint32_t>(in, r0, g, 2 * st + 1, offset, dy, dx);
-        a[st][3] = tap_bits<uint32_t>(in, r1, g, 2 * st + 1, offset, dy, dx);
+        a[st][0] = v0.x, a[st][1] = v1.x, a[st][2] = v0.y, a[st][3] = v1.y;
       } else {
-        a[st][0] = to_tf32(tap_bits<uint32_t>(in, r0, g, st, offset, dy, dx));
-        a[st][1] = to_tf32(tap_bits<uint32_t>(in, r1, g, st, offset, dy, dx));
-        a[st][2] = to_tf32(tap_bits<uint32_t>(in, r0, g, st, offset, dy, dx, 4));
-        a[st][3] = to_tf32(tap_bits<uint32_t>(in, r1, g, st, offset, dy, dx, 4));
+        a[st][0] = to_tf32(v0.x), a[st][1] = to_tf32(v1.x), a[st][2] = to_tf32(v0.y),
+        a[st][3] = to_tf32(v1.y);
       }
     }
     float d[4] = {bias0, bias1, bias0, bias1};
@@ -221,8 +240,8 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
   const c10::cuda::CUDAGuard guard(input.device());
   const at::MemoryFormat format = conv2d_output_format(input, weight);
   const at::Tensor x = input.contiguous(kChannelsLast);
-  // Pairs of 16-bit channels are read as 32-bit words.
-  if (reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 4 != 0) return std::nullopt;
+  // Each lane reads 8 bytes of a pixel at a time.
+  if (reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 8 != 0) return std::nullopt;
   const at::Tensor w = weight.contiguous(kChannelsLast);
   if (reinterpret_cast<uintptr_t>(w.const_data_ptr()) % 4 != 0) return std::nullopt;
   const bool has_bias = bias.has_value() && bias->defined();

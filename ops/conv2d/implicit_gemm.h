@@ -34,9 +34,10 @@
 // merged groups' block-diagonal weight (zeros between the groups), and
 // CUTLASS's single-group kernel runs them: each block computes 128 positions x
 // 32 output channels of one merged group. Where no merge divides the groups
-// (13 groups of 8) the engine declines, and groups of 8 channels go to their
-// own tensor-core kernel (grouped_mma.h), others to the grouped direct
-// kernels (grouped_direct.h). The gradients of grouped layers (2 to 32
+// (13 groups of 8) the engine declines, and the grouped direct kernels
+// (grouped_direct.h) take them. Groups of 4 and 8 channels do not reach this
+// engine's forward on devices the tensor-core kernel of grouped_mma.h runs
+// on: that kernel goes first (engines_cuda.cpp). The gradients of grouped layers (2 to 32
 // groups) run as the dense problem with the block-diagonal weight; see the
 // grouped gradients below.
 //

@@ -67,6 +67,7 @@ LAYERS = {
     "resnext-4pg": (128, 128, 32, 3, 1, 20),
     "resnext-8pg-s2": (256, 256, 32, 3, 2, 20),
     "resnext-16pg": (512, 512, 32, 3, 1, 9),
+    "resnext-16pg-s2": (512, 512, 32, 3, 2, 12),
     "resnext-32pg-s2": (1024, 1024, 32, 3, 2, 14),
     "regnet-6g-s2": (48, 48, 6, 3, 2, 24),
     "regnet-55g": (440, 440, 55, 3, 1, 7),
@@ -168,11 +169,12 @@ def test_grouped_float32_under_tf32(layer, gen):
 
 
 @pytest.mark.parametrize("weight_layout", ["contiguous", "channels_last", "transposed", "sliced"])
-@pytest.mark.parametrize("layer", ["resnext-4pg", "resnext-8pg-s2", "resnext-32pg-s2"])
+@pytest.mark.parametrize("layer", ["resnext-4pg", "resnext-16pg-s2", "resnext-32pg-s2"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_merged_groups_weight_in_one_pass(dtype, layer, weight_layout, gen):
     # The implicit GEMM's grouped routes multiply a block-diagonal weight:
-    # groups merged into 32-channel ones for the forward, the whole dense
+    # groups merged into 32-channel ones for the forward (groups of 16; those
+    # of 4 and 8 go to grouped_mma.h's kernel), the whole dense
     # weight for the float32 input gradient of up to 32 groups. One kernel
     # writes it from a weight of any strides (no zero fill and copy).
     # float32 under TF32, as PyTorch's policy allows by default.
@@ -256,7 +258,7 @@ def test_tiny_grouped_gradients_take_the_direct_kernels(dtype, layout, gen):
 
 def mma_kernel_ran(fn):
     """fn's result and whether a tensor-core kernel for groups of 8
-    (grouped_mma.h: the 16-bit 3x3 layers go to the tiled one) ran in it, or
+    (grouped_mma.h) ran in it, or
     the one-launch route for tiny NCHW problems
     (tiny_direct.h), which goes before every other; None where the profiler
     saw no kernel at all (under compute-sanitizer, which holds the profiling
@@ -281,12 +283,12 @@ MMA_TOL = {torch.float16: 2.0**-9, torch.bfloat16: 2.0**-7, torch.float32: 2.0**
                                    pytest.param(torch.float32, id="tf32")])
 def test_groups_of_8_on_tensor_cores(dtype, width, idx, rng, gen, seed):
     # C / groups == K / groups == 8 (or 4, an even number of groups: two
-    # groups a tile, block-diagonal), group counts no merge into 32-channel
-    # tiles divides, and windows of at most 10 taps run on the tensor-core
+    # groups a tile, block-diagonal), RegNet's group counts and ResNeXt's 32,
+    # and windows of at most 10 taps run on the tensor-core
     # kernel: random windows (1x1 to 3x3, 2x5, 1x3), strides,
     # paddings, dilations, plane sizes whose positions fill no whole tile,
     # both layouts, bias or none; float32 under TF32 only.
-    groups = rng.choice([2, 3, 6, 13] if width == 8 else [2, 6, 10, 26])
+    groups = rng.choice([2, 3, 6, 13, 32] if width == 8 else [2, 6, 10, 26, 32])
     kernel = rng.choice([(3, 3), (3, 3), (1, 1), (2, 2), (1, 3), (3, 1), (2, 5)])
     stride = (rng.choice([1, 2, 3]), rng.choice([1, 2]))
     dilation = (rng.choice([1, 1, 2]), rng.choice([1, 1, 2]))
@@ -319,8 +321,8 @@ def test_groups_of_8_on_tensor_cores(dtype, width, idx, rng, gen, seed):
                                   "odd-groups-of-4"])
 def test_groups_of_8_cases_the_tensor_core_kernel_declines(case, gen):
     # Outside its conditions the layer keeps the other routes, and is right;
-    # in 16-bit, 3x3 groups that merge into 32 channels (4 groups of 8) go to
-    # the tiled kernel (grouped_mma.h).
+    # groups that a merge into 32 channels divides (4 groups of 8) run on it
+    # too.
     dtype = torch.float32 if case == "f32-exact" else torch.float16
     cg = {"16-per-group": 16, "odd-groups-of-4": 4}.get(case, 8)
     groups = 4 if case == "merged" else 3
@@ -334,7 +336,6 @@ def test_groups_of_8_cases_the_tensor_core_kernel_declines(case, gen):
         got, ran = mma_kernel_ran(lambda: ops.conv2d(x, w, None, [1, 1], [ks // 2, ks // 2], [1, 1], groups))
     finally:
         torch.backends.cudnn.allow_tf32 = saved
-    # Groups that merge into 32 channels (4 of 8) go to the tiled 3x3 kernel in 16-bit.
     assert ran is not (case != "merged")
     want = F.conv2d(x.double(), w.double(), None, 1, ks // 2, 1, groups)
     tol = 1e-5 if dtype == torch.float32 else 1e-2

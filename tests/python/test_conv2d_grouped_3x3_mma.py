@@ -45,11 +45,12 @@ def gradient_and_route(which, go, x, w, args):
 def kernel_takes(which, width, groups, stride):
     """Whether the layer's pass `which` goes to its tensor-core kernel (the
     gradients above the tiny bound): the forward takes stride 1 with groups
-    of 8 or 16 channels that merge into 32-channel blocks (a multiple of 4
-    or 2 groups); the input gradient leaves groups of 8 that no pair merges
-    (an odd count) under 32 groups to the other routes."""
+    of 16 channels that merge into 32-channel blocks (an even number of
+    groups; groups of 8 go to grouped_mma_conv2d's kernel first); the input
+    gradient leaves groups of 8 that no pair merges (an odd count) under 32
+    groups to the other routes."""
     if which == "forward":
-        return tuple(stride) == (1, 1) and width <= 16 and groups % (32 // width) == 0
+        return tuple(stride) == (1, 1) and width == 16 and groups % 2 == 0
     return not (which == "grad_input" and width == 8 and groups % 2 == 1 and groups < 32)
 
 
@@ -218,8 +219,8 @@ ACTIVATIONS = {"identity": lambda t: t, "relu": F.relu, "relu6": F.relu6, "silu"
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_fused_bias_residual_and_activation_in_the_forward(dtype, activation, residual, rng, gen, seed):
-    # conv2d_fused on the tiled forward (stride 1, groups of 8 or 16 that
-    # merge into 32 channels; the other routes otherwise): bias, residual and activation applied as
+    # conv2d_fused on the tiled forward (stride 1, groups of 16 that merge
+    # into 32 channels; the other routes otherwise): bias, residual and activation applied as
     # the results are stored, against act(conv + bias + residual) in float64.
     width, groups = rng.choice([(8, 32), (8, 13), (16, 6), (32, 4)])
     c = width * groups
