@@ -93,18 +93,19 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
     if (auto out = strided_pointwise_conv2d_cuda(input, weight, bias, s)) return out;
   }
   if (s.groups > 1) {
-    // Groups of 8 (or 4) channels on tensor cores, an 8-channel slice a warp
-    // (grouped_mma.h): RegNet's 6 to 55 groups of 8, which no merge into
-    // 32-channel tiles divides, and ResNeXt's 32 groups of 4 and 8, where it
-    // measured faster than the merged route (implicit_gemm.h), which
-    // multiplies the zeros between groups. H100, N=32, channels_last, us,
-    // merged / this kernel: float32 (TF32) 128 ch at 56x56 (4 a group)
-    // 94.8 / 84.5, 256 at 28x28 53.5 / 47.4, 256 at 56x56 stride 2
-    // 70.7 / 69.3; float16 65.8 / 65.2, 38.3 / 36.0 (the tiled kernel
-    // below), 44.7 / 42.0.
+    // Groups of 8 (or 4) channels on tensor cores, an 8-channel slice a warp,
+    // and in 16-bit groups of 16, a group a warp (grouped_mma.h): RegNet's 6
+    // to 55 groups of 8, which no merge into 32-channel tiles divides, and
+    // ResNeXt's 32 groups of 4, 8 and 16, where it measured faster than the
+    // merged route (implicit_gemm.h), which multiplies the zeros between
+    // groups, and than a tiled 3x3 kernel that read the input under a
+    // block's output rectangle into shared memory (since removed). H100,
+    // N=32, channels_last, us, merged or tiled / this kernel: float32 (TF32)
+    // 128 ch at 56x56 (4 a group) 94.8 / 84.5, 256 at 28x28 53.5 / 47.4, 256
+    // at 56x56 stride 2 70.7 / 69.3; float16 65.8 / 59.4, 38.3 (tiled) /
+    // 32.9, 44.7 / 39.3, 512 at 28x28 stride 2 29.0 / 22.9, 512 at 14x14
+    // 24.3 (tiled) / 19.8.
     if (auto out = grouped_mma_conv2d(input, weight, bias, s)) return out;
-    // 16-bit stride-1 3x3 layers with groups of 16 (grouped_mma.h).
-    if (auto out = grouped_mma_tiled_conv2d(input, weight, bias, s)) return out;
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS
   if (auto out = implicit_gemm_conv2d(input, weight, bias, s)) return out;
@@ -129,7 +130,6 @@ std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
   }
   if (s.groups > 1) {  // as in the forward
     if (auto out = grouped_mma_conv2d(input, weight, bias, s, &epilogue)) return out;
-    if (auto out = grouped_mma_tiled_conv2d(input, weight, bias, s, &epilogue)) return out;
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS
   if (auto out = implicit_gemm_conv2d_fused(input, weight, bias, s, epilogue)) return out;

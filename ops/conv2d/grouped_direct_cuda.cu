@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 #include <limits>
 
 #include "ops/common/launch.h"
+#include "ops/common/relayout_cuda.h"
 
 namespace customconv {
 namespace {
@@ -27,7 +29,6 @@ constexpr int kChunkTaps = 3;
 constexpr int kMaxWgradWidth = 4;
 constexpr int kUnroll = 4;
 constexpr int kWgradBlocksPerSm = 2;
-constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
 
 // One call's geometry, channels_last: input (n, h, w, c), output (n, p, q, k),
 // weight (k, r, s, cg).
@@ -400,8 +401,8 @@ std::optional<at::Tensor> grouped_direct_conv2d(const at::Tensor& input, const a
   if (!takes(input, s)) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
   const at::MemoryFormat format = conv2d_output_format(input, weight);
-  const at::Tensor x = input.contiguous(kChannelsLast);
-  const at::Tensor w = weight.contiguous(kChannelsLast);
+  at::Tensor x, w;
+  std::tie(x, w) = to_channels_last_together(input, weight);  // NCHW by the transpose kernel
   const bool has_bias = bias.has_value() && bias->defined();
   const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
   at::Tensor out = empty_channels_last(input, s.in.n, s.k, s.oh, s.ow);
@@ -419,7 +420,7 @@ std::optional<at::Tensor> grouped_direct_conv2d(const at::Tensor& input, const a
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
-  return out.contiguous(format);
+  return to_memory_format(out, format);
 }
 
 std::optional<at::Tensor> grouped_direct_conv2d_grad_input(const at::Tensor& grad_output,
@@ -429,8 +430,8 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_input(const at::Tensor& gra
   if (!takes(input, s) || grad_output.dim() != 4) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
   const at::MemoryFormat format = conv2d_output_format(input, weight);
-  const at::Tensor go = grad_output.contiguous(kChannelsLast);
-  const at::Tensor w = weight.contiguous(kChannelsLast);
+  at::Tensor go, w;
+  std::tie(go, w) = to_channels_last_together(grad_output, weight);
   at::Tensor gi = empty_channels_last(input, s.in.n, s.in.c, s.in.h, s.in.w);
   const Geometry g = geometry(s);
   const int v = vector_width(g, go.element_size(), {&go, &w, &gi});
@@ -445,7 +446,7 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_input(const at::Tensor& gra
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
-  return gi.contiguous(format);
+  return to_memory_format(gi, format);
 }
 
 std::optional<at::Tensor> grouped_direct_conv2d_grad_weight(const at::Tensor& grad_output,
@@ -458,8 +459,8 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight(const at::Tensor& gr
   if (input.numel() > kIntMax || grad_output.numel() > kIntMax) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
   const at::MemoryFormat format = conv2d_output_format(input, weight);
-  const at::Tensor go = grad_output.contiguous(kChannelsLast);
-  const at::Tensor x = input.contiguous(kChannelsLast);
+  at::Tensor go, x;
+  std::tie(go, x) = to_channels_last_together(grad_output, input);
   const Geometry g = geometry(s);
   const int v = vector_width(g, x.element_size(), {&go, &x}, kMaxWgradWidth);
   const auto acc_type = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;

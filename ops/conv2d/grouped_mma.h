@@ -1,8 +1,9 @@
-// Grouped convolutions on tensor cores (mma.sync), four kernels:
-//   - grouped_mma_conv2d: the forward of groups of 8 (or 4) channels, below;
-//   - grouped_mma_tiled_conv2d, grouped_mma_conv2d_grad_input,
-//     grouped_mma_conv2d_grad_weight: 16-bit 3x3 layers with 8, 16 or 32
-//     channels a group, declared further down with their conditions.
+// Grouped convolutions on tensor cores (mma.sync):
+//   - grouped_mma_conv2d: the forward of groups of 4, 8 or 16 channels,
+//     below;
+//   - grouped_mma_conv2d_grad_input, grouped_mma_conv2d_grad_weight: 16-bit
+//     3x3 layers with 8, 16 or 32 channels a group, declared further down
+//     with their conditions.
 //
 // grouped_mma_conv2d: groups of 8 input and 8 output channels on tensor
 // cores: RegNetY-400MF's 3x3 layers (6, 13, 26 and 55 groups of 8), whose
@@ -13,13 +14,16 @@
 // on zeros between groups. Groups of 4 channels run two to a tile, with a
 // block-diagonal 8 x 8 weight per tap (half the products are zeros). It goes
 // first for ResNeXt-50's 32 groups of 4 and of 8 as well, where it measured
-// faster than the merged route (engines_cuda.cpp). The stride-1 input
-// gradient runs through it as the forward of grad_output with the rotated
-// weight.
+// faster than the merged route (engines_cuda.cpp). In 16-bit, groups of 16
+// (ResNeXt-50's 512-channel layers) run on a kernel of the same form whose
+// warps take a whole group, two n = 8 tiles sharing the input's fragments.
+// The stride-1 input gradient runs through it as the forward of grad_output
+// with the rotated weight.
 //
 // Takes: CUDA tensors on a device of compute capability 8.0 or newer,
 // batched, 1 < groups < C, C / groups == K / groups == 8, or 4 with an even
-// number of groups, windows of at most kGroupedMmaMaxTaps taps, float16 or
+// number of groups, or 16 in 16-bit, windows of at most kGroupedMmaMaxTaps
+// taps, 8-byte aligned data (4-byte aligned weights), float16 or
 // bfloat16 (float32 accumulation), or float32 where PyTorch's TF32 policy for
 // convolutions allows TF32 (the products in TF32, rounded to nearest), every
 // tensor under 2^31 elements.
@@ -47,21 +51,6 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
                                              const std::optional<at::Tensor>& bias,
                                              const Conv2dShape<int64_t>& s,
                                              const ConvEpilogue* epilogue = nullptr);
-
-// The forward of grouped 3x3 layers at stride 1 whose groups of 8 or 16
-// input and output channels merge into 32-channel blocks (ResNeXt's 32
-// groups of 8 and 16), float16 or bfloat16, any padding and dilation, on
-// tensor cores: a block takes a rectangle of output positions of one image
-// and 32 channels, with the input under it read into shared memory once for
-// all 9 taps. (Other layers measured faster on the other routes, and groups
-// of 8 reach it only where grouped_mma_conv2d declines them.) Bias, and
-// conv2d_fused's residual (channels_last) and activation, in the kernel. Reads the input and the
-// weight channels_last, every vector of 8 channels 16-byte aligned (others
-// decline), and gives the result in conv2d_output_format.
-std::optional<at::Tensor> grouped_mma_tiled_conv2d(const at::Tensor& input, const at::Tensor& weight,
-                                                   const std::optional<at::Tensor>& bias,
-                                                   const Conv2dShape<int64_t>& s,
-                                                   const ConvEpilogue* epilogue = nullptr);
 
 // The weight gradient of grouped 3x3 layers with 8, 16 or 32 input and
 // output channels a group (ResNeXt's 32 groups of 8 to 32, RegNet's groups of

@@ -8,12 +8,15 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 #include <type_traits>
 
 #include "ops/common/activation.h"
 #include "ops/common/launch.h"
 #include "ops/common/mma_sync.cuh"
 #include "ops/common/pair_io.cuh"
+#include "ops/common/predicated_load.cuh"
+#include "ops/common/relayout_cuda.h"
 
 namespace customconv {
 namespace {
@@ -81,15 +84,19 @@ __device__ __forceinline__ constexpr int tap_order(int n) {
 // the window's bounds stay in registers); zero in the padding and for taps
 // past the window's. `offset` holds each tap's element offset from the
 // top-left one; with a runtime window, dy and dx its offset in input rows and
-// columns. A predicated load, no branch.
+// columns. In 16-bit one predicated load (load_if): with a branch around
+// the load, the lanes of the two taps took divergent paths one after the
+// other, and on an H100 (N=32) ResNeXt's 256-channel layer at 28x28 took
+// 36.2 us instead of 32.9, RegNet's 104 channels at 28x28 20.1 instead of
+// 16.2.
 template <int KH, int KW>
 __device__ __forceinline__ bool tap_inside(const Row<KH, KW>& r, const Geometry& g, int t,
                                            const int* dy, const int* dx) {
   if constexpr (KH > 0) {
-    return t < KH * KW && r.row_in[t / KW] && r.col_in[t % KW];
+    return t < KH * KW && (r.row_in[t / KW] & r.col_in[t % KW]);
   } else {
-    return t < g.taps && r.ok && unsigned(r.iy + dy[t]) < unsigned(g.h) &&
-           unsigned(r.ix + dx[t]) < unsigned(g.w);
+    return (t < g.taps) & r.ok & (unsigned(r.iy + dy[t]) < unsigned(g.h)) &
+           (unsigned(r.ix + dx[t]) < unsigned(g.w));
   }
 }
 
@@ -100,9 +107,16 @@ __device__ __forceinline__ uint2 tap_bits(const T* in, const Row<KH, KW>& r, con
   constexpr int kTaps = KH > 0 ? KH * KW : kMaxTaps;
   const bool inside = next ? tap_inside(r, g, t_next, dy, dx) : tap_inside(r, g, t, dy, dx);
   const int at = next ? offset[t_next < kTaps ? t_next : t] : offset[t];
-  uint2 v = make_uint2(0u, 0u);
-  if (inside) v = __ldg(reinterpret_cast<const uint2*>(in + (r.base + at)));
-  return v;
+  if constexpr (sizeof(T) == 2) {
+    return load_if(in + (r.base + at), inside);
+  } else {
+    // float32 keeps the branch: with every load of a tile in flight its 3x3
+    // kernel spills (64 registers a thread), and on an H100 its stride-2
+    // layers ran 5-13% slower (RegNet's 48 channels at 112x112: 55 -> 59 us).
+    uint2 v = make_uint2(0u, 0u);
+    if (inside) v = __ldg(reinterpret_cast<const uint2*>(in + (r.base + at)));
+    return v;
+  }
 }
 
 // Forward. Block (x, y): kWarps warps, warp w on the 8-channel slice
@@ -219,11 +233,97 @@ __global__ void __launch_bounds__(kWarps * 32, 8)
   }
 }
 
+// Forward of groups of 16 channels (ResNeXt's 512-channel layers), 16-bit.
+// Block (x, y): kWarps warps, warp w on group y * kWarps + w: its 16 output
+// channels are two n = 8 tiles that share the A fragments, walking tiles of
+// 16 output positions as the kernel above. A step is one tap x the group's
+// 16 input channels (m16n8k16): lane l reads channels 4 * (l % 4) to + 3 of
+// its two rows' pixels (8 bytes each), as k = 2 (l % 4), + 1, + 8, + 9; the B
+// fragments of both tiles (every tap's, in registers) follow the same map.
+// Lane l holds rows l / 4 and l / 4 + 8 and output channels 2 * (l % 4), + 1
+// of each tile. Registers are capped for 4 resident blocks an SM. On an
+// H100 (N=32, float16) it took ResNeXt's 512-channel layer at 28x28 stride
+// 2 from 29.0 us (the merged route) to 22.9, and the one at 14x14 from 24.3
+// (a tiled kernel reading the input through shared memory) to 19.8.
+template <typename T, int KH, int KW>
+__global__ void __launch_bounds__(kWarps * 32, 4)
+    grouped_mma16_forward_kernel(const T* __restrict__ in, const T* __restrict__ wt, const T* __restrict__ bias,
+                                 const T* __restrict__ residual, Activation act, T* __restrict__ out, Geometry g) {
+  constexpr int kWidth = 16;
+  constexpr int kTaps = KH > 0 ? KH * KW : kMaxTaps;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, quad = lane & 3, row = lane >> 2;
+  const int group = blockIdx.y * kWarps + warp;
+  if (group >= g.slices) return;
+  const int in_channel = group * kWidth + 4 * quad;
+  uint32_t b[kTaps][2][2];
+  int dy[kTaps], dx[kTaps], offset[kTaps];
+#pragma unroll
+  for (int t = 0; t < kTaps; ++t) {
+    const int i = KH > 0 ? t / KW : t / g.s, j = KH > 0 ? t % KW : t % g.s;
+    dy[t] = i * g.dh;
+    dx[t] = j * g.dw;
+    offset[t] = i * g.row_step + j * g.col_step;
+  }
+#pragma unroll
+  for (int t = 0; t < kTaps; ++t) {
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const T* w0 = wt + (int64_t(group * kWidth + 8 * n + row) * g.taps + t) * kWidth + 4 * quad;
+      b[t][n][0] = t < g.taps ? __ldg(reinterpret_cast<const uint32_t*>(w0)) : 0u;
+      b[t][n][1] = t < g.taps ? __ldg(reinterpret_cast<const uint32_t*>(w0 + 2)) : 0u;
+    }
+  }
+  float bias_of[2][2];
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      bias_of[n][c] = bias != nullptr ? static_cast<float>(bias[group * kWidth + 8 * n + 2 * quad + c]) : 0.f;
+    }
+  }
+  const int k = g.slices * kWidth;
+
+  for (int tile = blockIdx.x; tile < g.tiles; tile += gridDim.x) {
+    const int m0 = tile * kTileRows + row, m1 = m0 + 8;
+    const Row<KH, KW> r0 = row_at<KH, KW>(g, m0, in_channel), r1 = row_at<KH, KW>(g, m1, in_channel);
+    uint32_t a[kTaps][4];
+#pragma unroll
+    for (int t = 0; t < kTaps; ++t) {
+      const uint2 v0 = tap_bits(in, r0, g, t, t, false, offset, dy, dx);
+      const uint2 v1 = tap_bits(in, r1, g, t, t, false, offset, dy, dx);
+      a[t][0] = v0.x, a[t][1] = v1.x, a[t][2] = v0.y, a[t][3] = v1.y;
+    }
+    float d[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      d[n][0] = d[n][2] = bias_of[n][0];
+      d[n][1] = d[n][3] = bias_of[n][1];
+    }
+#pragma unroll
+    for (int t = 0; t < kTaps; ++t) {
+      if (t < g.taps) {
+        mma_16x8<T>(d[0], a[t], b[t][0]);
+        mma_16x8<T>(d[1], a[t], b[t][1]);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const int channel = group * kWidth + 8 * n + 2 * quad;
+      const int64_t o0 = int64_t(m0) * k + channel, o1 = int64_t(m1) * k + channel;
+      const T* r0 = residual != nullptr ? residual + o0 : nullptr;
+      const T* r1 = residual != nullptr ? residual + o1 : nullptr;
+      if (m0 < g.positions) store_epilogue(out + o0, r0, act, d[n][0], d[n][1]);
+      if (m1 < g.positions) store_epilogue(out + o1, r1, act, d[n][2], d[n][3]);
+    }
+  }
+}
+
 bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   if (!input.is_cuda() || !s.in.batched || s.groups <= 1 || s.groups >= s.in.c) return false;
   const int64_t width = s.in.c / s.groups;
-  if ((width != 8 && width != 4) || s.k != s.in.c || s.in.c % kGroupWidth != 0) return false;
   const auto dtype = input.scalar_type();
+  const bool wide = width == 16 && dtype != at::kFloat;  // groups of 16: 16-bit only
+  if ((width != 8 && width != 4 && !wide) || s.k != s.in.c || s.in.c % kGroupWidth != 0) return false;
   if (dtype == at::kFloat) {
     if (!at::globalContext().allowTF32CuDNN(at::Float32Op::CONV)) return false;
   } else if (dtype != at::kHalf && dtype != at::kBFloat16) {
@@ -258,19 +358,23 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
   }
   const c10::cuda::CUDAGuard guard(input.device());
   const at::MemoryFormat format = conv2d_output_format(input, weight);
-  const at::Tensor x = input.contiguous(kChannelsLast);
+  // NCHW data through the transpose kernel (relayout_cuda.h): ATen's
+  // element-wise copies took ResNeXt's 128-channel layer at 56x56 in float16
+  // from 59 us of kernel to 238 us.
+  at::Tensor x, w;
+  std::tie(x, w) = to_channels_last_together(input, weight);
   // Each lane reads 8 bytes of a pixel at a time.
   if (reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 8 != 0) return std::nullopt;
-  const at::Tensor w = weight.contiguous(kChannelsLast);
   if (reinterpret_cast<uintptr_t>(w.const_data_ptr()) % 4 != 0) return std::nullopt;
   const bool has_bias = bias.has_value() && bias->defined();
   const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
   at::Tensor out = empty_channels_last(input, s.in.n, s.k, s.oh, s.ow);
-  if (out.numel() == 0) return out.contiguous(format);
+  if (out.numel() == 0) return to_memory_format(out, format);
   const Window2d& win = s.win;
+  const bool wide = s.in.c / s.groups == 16;  // groups of 16, a warp each
   Geometry g{int(s.in.h), int(s.in.w), int(s.in.c), int(s.oh), int(s.ow), int(win.kw), int(win.kh * win.kw),
              int(win.sh), int(win.sw), int(win.ph), int(win.pw), int(win.dh), int(win.dw),
-             int(s.in.n * s.oh * s.ow), 0, int(s.in.c / kGroupWidth), int(s.in.c / s.groups),
+             int(s.in.n * s.oh * s.ow), 0, int(s.in.c / (wide ? 16 : kGroupWidth)), int(s.in.c / s.groups),
              int(win.dh * s.in.w * s.in.c), int(win.dw * s.in.c),
              at::cuda::detail::IntDivider<unsigned>(unsigned(s.oh * s.ow)),
              at::cuda::detail::IntDivider<unsigned>(unsigned(s.ow))};
@@ -278,7 +382,7 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
   // About 8 blocks per SM in all, each warp walking several tiles.
   const int sms = at::cuda::getDeviceProperties(input.get_device())->multiProcessorCount;
   const int64_t rows = (g.slices + kWarps - 1) / kWarps;
-  const int64_t per_row = (int64_t(sms) * 8 + rows - 1) / rows;
+  const int64_t per_row = (int64_t(sms) * (wide ? 4 : 8) + rows - 1) / rows;
   const dim3 grid(unsigned(std::max<int64_t>(1, std::min<int64_t>(per_row, g.tiles))), unsigned(rows));
   const auto stream = at::cuda::getCurrentCUDAStream();
   // 3x3 windows (every RegNet layer) with the window fixed at compile time:
@@ -291,6 +395,7 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
     auto kernel = three ? &grouped_mma_forward_kernel<T, 3, 3, 0> : &grouped_mma_forward_kernel<T, 0, 0, 0>;
     if constexpr (!std::is_same_v<T, float>) {
       if (three && pairs) kernel = &grouped_mma_forward_kernel<T, 3, 3, 2>;
+      if (wide) kernel = three ? &grouped_mma16_forward_kernel<T, 3, 3> : &grouped_mma16_forward_kernel<T, 0, 0>;
     }
     kernel<<<grid, kWarps * 32, 0, stream>>>(
         x.const_data_ptr<T>(), w.const_data_ptr<T>(), has_bias ? b.const_data_ptr<T>() : nullptr,
@@ -303,7 +408,7 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
     case at::kBFloat16: launch(at::BFloat16{}); break;
     default: launch(float{}); break;
   }
-  return out.contiguous(format);
+  return to_memory_format(out, format);
 }
 
 }  // namespace customconv

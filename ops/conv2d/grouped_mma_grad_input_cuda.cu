@@ -14,12 +14,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 
 #include "ops/common/async_copy.cuh"
 #include "ops/common/kernel_fit.h"
 #include "ops/common/launch.h"
 #include "ops/common/mma_sync.cuh"
 #include "ops/common/pair_io.cuh"
+#include "ops/common/relayout_cuda.h"
 #include "ops/conv2d/grouped_mma_gradients.cuh"
 
 namespace customconv {
@@ -31,7 +33,6 @@ constexpr int kTileRows = 2;                 // 16-position row tiles per warp
 constexpr int kTile = 16 * kTileRows * kWarps;  // input positions per block
 constexpr int kTaps = 9;                     // 3x3 windows
 constexpr int kStages = 3;
-constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
 
 // One call's geometry, channels_last: grad_input (n, h, w, c), grad_output
 // (n, p, q, c) (as many output channels as input channels), weight (c, 3,
@@ -229,15 +230,15 @@ std::optional<at::Tensor> grouped_mma_conv2d_grad_input(const at::Tensor& grad_o
   if (!fits) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
   const at::MemoryFormat format = conv2d_output_format(input, weight);
-  const at::Tensor go = grad_output.contiguous(kChannelsLast);
-  const at::Tensor w = weight.contiguous(kChannelsLast);
+  at::Tensor go, w;
+  std::tie(go, w) = to_channels_last_together(grad_output, weight);  // NCHW by the transpose kernel
   // 16-byte vectors of 8 channels.
   if (reinterpret_cast<uintptr_t>(go.const_data_ptr()) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(w.const_data_ptr()) % 16 != 0) {
     return std::nullopt;
   }
   at::Tensor gi = empty_channels_last(input, s.in.n, s.in.c, s.in.h, s.in.w);
-  if (gi.numel() == 0) return gi.contiguous(format);
+  if (gi.numel() == 0) return to_memory_format(gi, format);
   const Window2d& win = s.win;
   const Geometry g{int(s.in.n), int(s.in.h), int(s.in.w), int(s.in.c), int(s.oh), int(s.ow), int(win.sh),
                    int(win.sw), int(win.ph), int(win.pw), int(win.dh), int(win.dw)};
@@ -253,7 +254,7 @@ std::optional<at::Tensor> grouped_mma_conv2d_grad_input(const at::Tensor& grad_o
         go.const_data_ptr<T>(), w.const_data_ptr<T>(), gi.mutable_data_ptr<T>(), g);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
-  return gi.contiguous(format);
+  return to_memory_format(gi, format);
 }
 
 }  // namespace customconv

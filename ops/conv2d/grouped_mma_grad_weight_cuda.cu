@@ -12,11 +12,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 
 #include "ops/common/async_copy.cuh"
 #include "ops/common/kernel_fit.h"
 #include "ops/common/launch.h"
 #include "ops/common/mma_sync.cuh"
+#include "ops/common/relayout_cuda.h"
 #include "ops/conv2d/grouped_mma_gradients.cuh"
 #include "ops/conv2d/weight_planes_sum.cuh"
 
@@ -230,8 +232,8 @@ std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_
   if (!fit) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
   const at::MemoryFormat format = conv2d_output_format(input, weight);
-  const at::Tensor go = grad_output.contiguous(kChannelsLast);
-  const at::Tensor x = input.contiguous(kChannelsLast);
+  at::Tensor go, x;
+  std::tie(go, x) = to_channels_last_together(grad_output, input);  // NCHW by the transpose kernel
   // 16-byte vectors of 8 channels.
   if (reinterpret_cast<uintptr_t>(go.const_data_ptr()) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 16 != 0) {

@@ -1,6 +1,6 @@
-// What the grouped kernels on tensor cores for 8, 16 and 32 channels a
-// group share (grouped_mma.h; grouped_mma_tiled_forward_cuda.cu,
-// grouped_mma_grad_input_cuda.cu, grouped_mma_grad_weight_cuda.cu): the
+// What the grouped gradient kernels on tensor cores for 8, 16 and 32
+// channels a group share (grouped_mma.h; grouped_mma_grad_input_cuda.cu,
+// grouped_mma_grad_weight_cuda.cu): the
 // layers they take, how many neighbouring groups a block takes, and the
 // dispatch to their compiled variants.
 #pragma once
