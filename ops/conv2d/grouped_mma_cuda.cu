@@ -310,10 +310,10 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
     for (int n = 0; n < 2; ++n) {
       const int channel = group * kWidth + 8 * n + 2 * quad;
       const int64_t o0 = int64_t(m0) * k + channel, o1 = int64_t(m1) * k + channel;
-      const T* r0 = residual != nullptr ? residual + o0 : nullptr;
-      const T* r1 = residual != nullptr ? residual + o1 : nullptr;
-      if (m0 < g.positions) store_epilogue(out + o0, r0, act, d[n][0], d[n][1]);
-      if (m1 < g.positions) store_epilogue(out + o1, r1, act, d[n][2], d[n][3]);
+      const T* res0 = residual != nullptr ? residual + o0 : nullptr;
+      const T* res1 = residual != nullptr ? residual + o1 : nullptr;
+      if (m0 < g.positions) store_epilogue(out + o0, res0, act, d[n][0], d[n][1]);
+      if (m1 < g.positions) store_epilogue(out + o1, res1, act, d[n][2], d[n][3]);
     }
   }
 }
