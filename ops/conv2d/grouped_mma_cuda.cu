@@ -27,6 +27,11 @@ constexpr int kTileRows = 16;   // output positions per mma tile
 constexpr int kMaxTaps = int(kGroupedMmaMaxTaps);
 constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
 
+// Resident blocks an SM the forward kernel's registers are capped for (see
+// grouped_mma_forward_kernel).
+template <typename T>
+constexpr int kBlocksPerSm = std::is_same_v<T, float> ? 6 : 8;
+
 // One call's geometry, channels_last: input (n, h, w, c), output (n, p, q, k)
 // with k == c, weight (k, r, s, width); positions = n * p * q.
 struct Geometry {
@@ -84,8 +89,8 @@ __device__ __forceinline__ constexpr int tap_order(int n) {
 // the window's bounds stay in registers); zero in the padding and for taps
 // past the window's. `offset` holds each tap's element offset from the
 // top-left one; with a runtime window, dy and dx its offset in input rows and
-// columns. In 16-bit one predicated load (load_if): with a branch around
-// the load, the lanes of the two taps took divergent paths one after the
+// columns. One predicated load (load_if): with a branch around the load,
+// in 16-bit the lanes of the two taps took divergent paths one after the
 // other, and on an H100 (N=32) ResNeXt's 256-channel layer at 28x28 took
 // 36.2 us instead of 32.9, RegNet's 104 channels at 28x28 20.1 instead of
 // 16.2.
@@ -107,16 +112,7 @@ __device__ __forceinline__ uint2 tap_bits(const T* in, const Row<KH, KW>& r, con
   constexpr int kTaps = KH > 0 ? KH * KW : kMaxTaps;
   const bool inside = next ? tap_inside(r, g, t_next, dy, dx) : tap_inside(r, g, t, dy, dx);
   const int at = next ? offset[t_next < kTaps ? t_next : t] : offset[t];
-  if constexpr (sizeof(T) == 2) {
-    return load_if(in + (r.base + at), inside);
-  } else {
-    // float32 keeps the branch: with every load of a tile in flight its 3x3
-    // kernel spills (64 registers a thread), and on an H100 its stride-2
-    // layers ran 5-13% slower (RegNet's 48 channels at 112x112: 55 -> 59 us).
-    uint2 v = make_uint2(0u, 0u);
-    if (inside) v = __ldg(reinterpret_cast<const uint2*>(in + (r.base + at)));
-    return v;
-  }
+  return load_if(in + (r.base + at), inside);
 }
 
 // Forward. Block (x, y): kWarps warps, warp w on the 8-channel slice
@@ -147,11 +143,16 @@ __device__ __forceinline__ uint2 tap_bits(const T* in, const Row<KH, KW>& r, con
 // The slice's B fragments for every tap are loaded once into registers;
 // taps in the padding read zeros. Accumulators start from the bias; the
 // residual and the activation (conv2d_fused) are applied as they are stored.
-// Registers are capped for 8 resident blocks (32 warps) an SM: the float32
-// build, which holds 36 loaded values a 3x3 tile, then spills a few registers,
-// and on an H100 it ran RegNet's 112x112 layer in 68 us instead of 96.
+// Registers are capped for 8 resident blocks (32 warps) an SM in 16-bit and
+// 6 (80 registers) in float32, whose 3x3 build holds 36 loaded values and
+// 18 B values a tile. On an H100 (N=32): uncapped, with its loads behind
+// branches, float32 ran RegNet's 112x112 layer in 96 us, at 8 blocks (64
+// registers, a few spilled) in 68; predicated loads at 8 blocks spilled more
+// and ran stride-2 layers 5-13% slower; predicated loads at 6 blocks against
+// branches at 8: ResNeXt's 128 channels at 56x56 86.0 -> 77.5 us, 256 at
+// 56x56 stride 2 71.2 -> 63.7, RegNet's 440 at 7x7 12.6 -> 11.0.
 template <typename T, int KH, int KW, int kPairs>
-__global__ void __launch_bounds__(kWarps * 32, 8)
+__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<T>)
     grouped_mma_forward_kernel(const T* __restrict__ in, const T* __restrict__ wt, const T* __restrict__ bias,
                                const T* __restrict__ residual, Activation act, T* __restrict__ out, Geometry g) {
   constexpr bool k16 = !std::is_same_v<T, float>;
@@ -379,10 +380,11 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
              at::cuda::detail::IntDivider<unsigned>(unsigned(s.oh * s.ow)),
              at::cuda::detail::IntDivider<unsigned>(unsigned(s.ow))};
   g.tiles = (g.positions + kTileRows - 1) / kTileRows;
-  // About 8 blocks per SM in all, each warp walking several tiles.
+  // The resident blocks an SM in all, each warp walking several tiles.
   const int sms = at::cuda::getDeviceProperties(input.get_device())->multiProcessorCount;
   const int64_t rows = (g.slices + kWarps - 1) / kWarps;
-  const int64_t per_row = (int64_t(sms) * (wide ? 4 : 8) + rows - 1) / rows;
+  const int blocks = wide ? 4 : x.scalar_type() == at::kFloat ? kBlocksPerSm<float> : kBlocksPerSm<at::Half>;
+  const int64_t per_row = (int64_t(sms) * blocks + rows - 1) / rows;
   const dim3 grid(unsigned(std::max<int64_t>(1, std::min<int64_t>(per_row, g.tiles))), unsigned(rows));
   const auto stream = at::cuda::getCurrentCUDAStream();
   // 3x3 windows (every RegNet layer) with the window fixed at compile time:
