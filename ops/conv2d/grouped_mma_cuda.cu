@@ -71,6 +71,21 @@ __device__ __forceinline__ Row<KH, KW> row_at(const Geometry& g, int m, int chan
   return r;
 }
 
+// Each tap's offset from the window's top-left one: dy and dx in input rows
+// and columns, `offset` in elements (a runtime window's taps row by row,
+// g.s to a row).
+template <int KH, int KW, int kTaps>
+__device__ __forceinline__ void tap_offsets(const Geometry& g, int (&dy)[kTaps], int (&dx)[kTaps],
+                                            int (&offset)[kTaps]) {
+#pragma unroll
+  for (int t = 0; t < kTaps; ++t) {
+    const int i = KH > 0 ? t / KW : t / g.s, j = KH > 0 ? t % KW : t % g.s;
+    dy[t] = i * g.dh;
+    dx[t] = j * g.dw;
+    offset[t] = i * g.row_step + j * g.col_step;
+  }
+}
+
 // The order in which a 3x3 window's taps are reduced in 16-bit, where the
 // n-th and the n+1-th (n even) share a step, read by different lanes of one
 // load: kPairs 0 row-major; 2 pairs the taps two columns apart in each window
@@ -179,15 +194,9 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<T>)
   // channel 2 quad and k = quad + 4 channel 2 quad + 1.
   uint32_t b[kSteps][2];
   int dy[kTaps], dx[kTaps], offset[kTaps];
+  tap_offsets<KH, KW, kTaps>(g, dy, dx, offset);
   const T* w = wt + int64_t(slice * kGroupWidth + row) * g.taps * g.width;
   const bool take = in_offset / g.width == row / g.width;  // the lane's channels share a group
-#pragma unroll
-  for (int t = 0; t < kTaps; ++t) {
-    const int i = KH > 0 ? t / KW : t / g.s, j = KH > 0 ? t % KW : t % g.s;
-    dy[t] = i * g.dh;
-    dx[t] = j * g.dw;
-    offset[t] = i * g.row_step + j * g.col_step;
-  }
 #pragma unroll
   for (int st = 0; st < kSteps; ++st) {
     if constexpr (k16) {
@@ -258,13 +267,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   const int in_channel = group * kWidth + 4 * quad;
   uint32_t b[kTaps][2][2];
   int dy[kTaps], dx[kTaps], offset[kTaps];
-#pragma unroll
-  for (int t = 0; t < kTaps; ++t) {
-    const int i = KH > 0 ? t / KW : t / g.s, j = KH > 0 ? t % KW : t % g.s;
-    dy[t] = i * g.dh;
-    dx[t] = j * g.dw;
-    offset[t] = i * g.row_step + j * g.col_step;
-  }
+  tap_offsets<KH, KW, kTaps>(g, dy, dx, offset);
 #pragma unroll
   for (int t = 0; t < kTaps; ++t) {
 #pragma unroll
