@@ -38,7 +38,7 @@ struct Geometry {
   int h, w, c, p, q, s, taps;
   int sh, sw, ph, pw, dh, dw;
   int positions, tiles;
-  int slices;  // slices of kGroupWidth channels: c / 8
+  int slices;  // slices of kGroupWidth channels: c / 8 (groups of 16: c / 16, a warp each)
   int width;   // channels per group of the layer: 8, or 4 (two groups a slice)
   int row_step, col_step;  // elements between taps: dh * w * c, dw * c
   at::cuda::detail::IntDivider<unsigned> plane, cols;  // by p * q and by q
