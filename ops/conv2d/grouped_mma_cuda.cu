@@ -31,6 +31,7 @@ constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
 // grouped_mma_forward_kernel).
 template <typename T>
 constexpr int kBlocksPerSm = std::is_same_v<T, float> ? 6 : 8;
+constexpr int kWideBlocksPerSm = 4;  // grouped_mma16_forward_kernel
 
 // One call's geometry, channels_last: input (n, h, w, c), output (n, p, q, k)
 // with k == c, weight (k, r, s, width); positions = n * p * q.
@@ -256,7 +257,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<T>)
 // 2 from 29.0 us (the merged route) to 22.9, and the one at 14x14 from 24.3
 // (a tiled kernel reading the input through shared memory) to 19.8.
 template <typename T, int KH, int KW>
-__global__ void __launch_bounds__(kWarps * 32, 4)
+__global__ void __launch_bounds__(kWarps * 32, kWideBlocksPerSm)
     grouped_mma16_forward_kernel(const T* __restrict__ in, const T* __restrict__ wt, const T* __restrict__ bias,
                                  const T* __restrict__ residual, Activation act, T* __restrict__ out, Geometry g) {
   constexpr int kWidth = 16;
@@ -386,7 +387,7 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
   // The resident blocks an SM in all, each warp walking several tiles.
   const int sms = at::cuda::getDeviceProperties(input.get_device())->multiProcessorCount;
   const int64_t rows = (g.slices + kWarps - 1) / kWarps;
-  const int blocks = wide ? 4 : x.scalar_type() == at::kFloat ? kBlocksPerSm<float> : kBlocksPerSm<at::Half>;
+  const int blocks = wide ? kWideBlocksPerSm : x.scalar_type() == at::kFloat ? kBlocksPerSm<float> : kBlocksPerSm<at::Half>;
   const int64_t per_row = (int64_t(sms) * blocks + rows - 1) / rows;
   const dim3 grid(unsigned(std::max<int64_t>(1, std::min<int64_t>(per_row, g.tiles))), unsigned(rows));
   const auto stream = at::cuda::getCurrentCUDAStream();
