@@ -94,7 +94,7 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
   }
   if (s.groups > 1) {
     // Groups of 8 (or 4) channels on tensor cores, an 8-channel slice a warp,
-    // and in 16-bit groups of 16, a group a warp (grouped_mma.h): RegNet's 6
+    // and in 16-bit 16 channels a warp (grouped_mma.h): RegNet's 6
     // to 55 groups of 8, which no merge into 32-channel tiles divides, and
     // ResNeXt's 32 groups of 4, 8 and 16, where it measured faster than the
     // merged route (implicit_gemm.h), which multiplies the zeros between

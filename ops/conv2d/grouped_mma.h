@@ -16,7 +16,9 @@
 // first for ResNeXt-50's 32 groups of 4 and of 8 as well, where it measured
 // faster than the merged route (engines_cuda.cpp). In 16-bit, groups of 16
 // (ResNeXt-50's 512-channel layers) run on a kernel of the same form whose
-// warps take a whole group, two n = 8 tiles sharing the input's fragments.
+// warps take 16 channels, two n = 8 tiles sharing the input's fragments, and
+// so do groups of 4 and 8 where the channels are a multiple of 64 (ResNeXt's
+// 128 and 256; the weight block-diagonal).
 // The stride-1 input gradient runs through it as the forward of grad_output
 // with the rotated weight.
 //

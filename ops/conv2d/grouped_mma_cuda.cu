@@ -39,7 +39,7 @@ struct Geometry {
   int h, w, c, p, q, s, taps;
   int sh, sw, ph, pw, dh, dw;
   int positions, tiles;
-  int slices;  // slices of kGroupWidth channels: c / 8 (groups of 16: c / 16, a warp each)
+  int slices;  // slices of kGroupWidth channels, a warp each: c / 8 (16 channels a warp: c / 16)
   int width;   // channels per group of the layer: 8, or 4 (two groups a slice)
   int row_step, col_step;  // elements between taps: dh * w * c, dw * c
   at::cuda::detail::IntDivider<unsigned> plane, cols;  // by p * q and by q
@@ -244,18 +244,24 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<T>)
   }
 }
 
-// Forward of groups of 16 channels (ResNeXt's 512-channel layers), 16-bit.
-// Block (x, y): kWarps warps, warp w on group y * kWarps + w: its 16 output
-// channels are two n = 8 tiles that share the A fragments, walking tiles of
-// 16 output positions as the kernel above. A step is one tap x the group's
+// Forward, 16 channels a warp, 16-bit: groups of 16 (ResNeXt's 512-channel
+// layers), or four groups of 4 or two of 8 (ResNeXt's 128 and 256 channels).
+// Block (x, y): kWarps warps, warp w on the 16 channels y * kWarps + w: its 16
+// output channels are two n = 8 tiles that share the A fragments, walking
+// tiles of 16 output positions as the kernel above. A step is one tap x the
 // 16 input channels (m16n8k16): lane l reads channels 4 * (l % 4) to + 3 of
 // its two rows' pixels (8 bytes each), as k = 2 (l % 4), + 1, + 8, + 9; the B
-// fragments of both tiles (every tap's, in registers) follow the same map.
-// Lane l holds rows l / 4 and l / 4 + 8 and output channels 2 * (l % 4), + 1
-// of each tile. Registers are capped for 4 resident blocks an SM. On an
-// H100 (N=32, float16) it took ResNeXt's 512-channel layer at 28x28 stride
-// 2 from 29.0 us (the merged route) to 22.9, and the one at 14x14 from 24.3
-// (a tiled kernel reading the input through shared memory) to 19.8.
+// fragments of both tiles (every tap's, in registers) follow the same map,
+// zero where input and output channel lie in different groups (groups of 4
+// and 8: block-diagonal). Lane l holds rows l / 4 and l / 4 + 8 and output
+// channels 2 * (l % 4), + 1 of each tile. Registers are capped for 4
+// resident blocks an SM. On an H100 (N=32, float16) it took ResNeXt's
+// 512-channel layer at 28x28 stride 2 from 29.0 us (the merged route) to
+// 22.9, the one at 14x14 from 24.3 (a tiled kernel reading the input through
+// shared memory) to 19.8; against 8 channels a warp (the kernel above), the
+// 128-channel layer at 56x56 (groups of 4) 59.9 -> 54.0, the 256-channel
+// ones (groups of 8) 33.7 -> 30.6 at 28x28 and 38.8 -> 37.7 at 56x56 stride
+// 2: a tile's positions and bounds are worked out once for 16 channels.
 template <typename T, int KH, int KW>
 __global__ void __launch_bounds__(kWarps * 32, kWideBlocksPerSm)
     grouped_mma16_forward_kernel(const T* __restrict__ in, const T* __restrict__ wt, const T* __restrict__ bias,
@@ -273,9 +279,11 @@ __global__ void __launch_bounds__(kWarps * 32, kWideBlocksPerSm)
   for (int t = 0; t < kTaps; ++t) {
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
-      const T* w0 = wt + (int64_t(group * kWidth + 8 * n + row) * g.taps + t) * kWidth + 4 * quad;
-      b[t][n][0] = t < g.taps ? __ldg(reinterpret_cast<const uint32_t*>(w0)) : 0u;
-      b[t][n][1] = t < g.taps ? __ldg(reinterpret_cast<const uint32_t*>(w0 + 2)) : 0u;
+      const int o = 8 * n + row;  // the output channel among the warp's 16
+      const bool take = t < g.taps && 4 * quad / g.width == o / g.width;
+      const T* w0 = wt + (int64_t(group * kWidth + o) * g.taps + t) * g.width + 4 * quad % g.width;
+      b[t][n][0] = take ? __ldg(reinterpret_cast<const uint32_t*>(w0)) : 0u;
+      b[t][n][1] = take ? __ldg(reinterpret_cast<const uint32_t*>(w0 + 2)) : 0u;
     }
   }
   float bias_of[2][2];
@@ -376,7 +384,11 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
   at::Tensor out = empty_channels_last(input, s.in.n, s.k, s.oh, s.ow);
   if (out.numel() == 0) return to_memory_format(out, format);
   const Window2d& win = s.win;
-  const bool wide = s.in.c / s.groups == 16;  // groups of 16, a warp each
+  // 16 channels a warp (grouped_mma16_forward_kernel): groups of 16, and in
+  // 16-bit groups of 4 and 8 where the 16-channel slices fill the blocks'
+  // warps (ResNeXt's 128 and 256 channels; RegNet's 208 would leave a
+  // quarter of the last block row idle: 11.2 -> 12.5 us at 14x14).
+  const bool wide = s.in.c / s.groups == 16 || (x.scalar_type() != at::kFloat && s.in.c % (16 * kWarps) == 0);
   Geometry g{int(s.in.h), int(s.in.w), int(s.in.c), int(s.oh), int(s.ow), int(win.kw), int(win.kh * win.kw),
              int(win.sh), int(win.sw), int(win.ph), int(win.pw), int(win.dh), int(win.dw),
              int(s.in.n * s.oh * s.ow), 0, int(s.in.c / (wide ? 16 : kGroupWidth)), int(s.in.c / s.groups),
