@@ -31,7 +31,9 @@ constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
 // grouped_mma_forward_kernel).
 template <typename T>
 constexpr int kBlocksPerSm = std::is_same_v<T, float> ? 6 : 8;
-constexpr int kWideBlocksPerSm = 4;  // grouped_mma16_forward_kernel
+// grouped_mma16_forward_kernel: 4, or 5 for stride-1 3x3 layers of groups of
+// 4 and 8 (see there).
+constexpr int kWideBlocksPerSm = 4, kMoreWideBlocksPerSm = 5;
 
 // One call's geometry, channels_last: input (n, h, w, c), output (n, p, q, k)
 // with k == c, weight (k, r, s, width); positions = n * p * q.
@@ -254,16 +256,20 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<T>)
 // fragments of both tiles (every tap's, in registers) follow the same map,
 // zero where input and output channel lie in different groups (groups of 4
 // and 8: block-diagonal). Lane l holds rows l / 4 and l / 4 + 8 and output
-// channels 2 * (l % 4), + 1 of each tile. Registers are capped for 4
-// resident blocks an SM. On an H100 (N=32, float16) it took ResNeXt's
+// channels 2 * (l % 4), + 1 of each tile. Registers are capped for kBlocks
+// resident blocks an SM: 4 (122 registers), or 5 (96, 16 bytes spilled) for
+// stride-1 3x3 layers of groups of 4 and 8, where that measured faster (H100,
+// float16, us, 4 / 5 blocks: 128 channels at 56x56 54.1 / 50.2, 256 at 28x28
+// 31.4 / 29.5) and slower elsewhere (256 at 56x56 stride 2 37.7 / 41.2, 512
+// at 14x14 groups of 16 19.2 / 24.6). On an H100 (N=32, float16) it took ResNeXt's
 // 512-channel layer at 28x28 stride 2 from 29.0 us (the merged route) to
 // 22.9, the one at 14x14 from 24.3 (a tiled kernel reading the input through
 // shared memory) to 19.8; against 8 channels a warp (the kernel above), the
 // 128-channel layer at 56x56 (groups of 4) 59.9 -> 54.0, the 256-channel
 // ones (groups of 8) 33.7 -> 30.6 at 28x28 and 38.8 -> 37.7 at 56x56 stride
 // 2: a tile's positions and bounds are worked out once for 16 channels.
-template <typename T, int KH, int KW>
-__global__ void __launch_bounds__(kWarps * 32, kWideBlocksPerSm)
+template <typename T, int KH, int KW, int kBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kBlocks)
     grouped_mma16_forward_kernel(const T* __restrict__ in, const T* __restrict__ wt, const T* __restrict__ bias,
                                  const T* __restrict__ residual, Activation act, T* __restrict__ out, Geometry g) {
   constexpr int kWidth = 16;
@@ -399,21 +405,29 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
   // The resident blocks an SM in all, each warp walking several tiles.
   const int sms = at::cuda::getDeviceProperties(input.get_device())->multiProcessorCount;
   const int64_t rows = (g.slices + kWarps - 1) / kWarps;
-  const int blocks = wide ? kWideBlocksPerSm : x.scalar_type() == at::kFloat ? kBlocksPerSm<float> : kBlocksPerSm<at::Half>;
+  const bool three = win.kh == 3 && win.kw == 3;  // the window fixed at compile time (below)
+  const bool more_blocks = wide && s.in.c / s.groups < 16 && three && win.sh == 1 && win.sw == 1;
+  const int blocks = more_blocks            ? kMoreWideBlocksPerSm
+                     : wide                 ? kWideBlocksPerSm
+                     : x.scalar_type() == at::kFloat ? kBlocksPerSm<float>
+                                                     : kBlocksPerSm<at::Half>;
   const int64_t per_row = (int64_t(sms) * blocks + rows - 1) / rows;
   const dim3 grid(unsigned(std::max<int64_t>(1, std::min<int64_t>(per_row, g.tiles))), unsigned(rows));
   const auto stream = at::cuda::getCurrentCUDAStream();
   // 3x3 windows (every RegNet layer) with the window fixed at compile time:
   // a tap's position and bounds are then constants and two predicates, and
   // in 16-bit at stride 2 the taps paired to share pixels (tap_order).
-  const bool three = win.kh == 3 && win.kw == 3;
   const bool pairs = win.sw == 2 && win.dw == 1;
   const auto launch = [&](auto tag) {
     using T = decltype(tag);
     auto kernel = three ? &grouped_mma_forward_kernel<T, 3, 3, 0> : &grouped_mma_forward_kernel<T, 0, 0, 0>;
     if constexpr (!std::is_same_v<T, float>) {
       if (three && pairs) kernel = &grouped_mma_forward_kernel<T, 3, 3, 2>;
-      if (wide) kernel = three ? &grouped_mma16_forward_kernel<T, 3, 3> : &grouped_mma16_forward_kernel<T, 0, 0>;
+      if (wide) {
+        kernel = three ? &grouped_mma16_forward_kernel<T, 3, 3, kWideBlocksPerSm>
+                       : &grouped_mma16_forward_kernel<T, 0, 0, kWideBlocksPerSm>;
+      }
+      if (more_blocks) kernel = &grouped_mma16_forward_kernel<T, 3, 3, kMoreWideBlocksPerSm>;
     }
     kernel<<<grid, kWarps * 32, 0, stream>>>(
         x.const_data_ptr<T>(), w.const_data_ptr<T>(), has_bias ? b.const_data_ptr<T>() : nullptr,
