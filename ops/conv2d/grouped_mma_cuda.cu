@@ -42,7 +42,7 @@ struct Geometry {
   int sh, sw, ph, pw, dh, dw;
   int positions, tiles;
   int slices;  // slices of kGroupWidth channels, a warp each: c / 8 (16 channels a warp: c / 16)
-  int width;   // channels per group of the layer: 8, or 4 (two groups a slice)
+  int width;   // channels per group of the layer: 4, 8 or 16
   int row_step, col_step;  // elements between taps: dh * w * c, dw * c
   at::cuda::detail::IntDivider<unsigned> plane, cols;  // by p * q and by q
 };
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<T>)
 // zero where input and output channel lie in different groups (groups of 4
 // and 8: block-diagonal). Lane l holds rows l / 4 and l / 4 + 8 and output
 // channels 2 * (l % 4), + 1 of each tile. Registers are capped for kBlocks
-// resident blocks an SM: 4 (122 registers), or 5 (96, 16 bytes spilled) for
+// resident blocks an SM: 4 (122 registers in the 3x3 build), or 5 (96, 16 bytes spilled) for
 // stride-1 3x3 layers of groups of 4 and 8, where that measured faster (H100,
 // float16, us, 4 / 5 blocks: 128 channels at 56x56 54.1 / 50.2, 256 at 28x28
 // 31.4 / 29.5) and slower elsewhere (256 at 56x56 stride 2 37.7 / 41.2, 512

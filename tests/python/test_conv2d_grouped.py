@@ -283,7 +283,8 @@ MMA_TOL = {torch.float16: 2.0**-9, torch.bfloat16: 2.0**-7, torch.float32: 2.0**
                                    pytest.param(torch.float32, id="tf32")])
 def test_groups_of_8_on_tensor_cores(dtype, width, idx, rng, gen, seed):
     # C / groups == K / groups == 8 (or 4, an even number of groups: two
-    # groups a tile, block-diagonal; or 16 in 16-bit, a group a warp),
+    # groups a tile, block-diagonal; or 16 in 16-bit; in 16-bit 16 channels
+    # a warp for groups of 16 and for 4 and 8 when C is a multiple of 64),
     # RegNet's group counts and ResNeXt's 32, and windows of at most 10 taps
     # run on the tensor-core kernels: random windows (1x1 to 3x3, 2x5, 1x3),
     # strides, paddings, dilations, plane sizes whose positions fill no
@@ -352,15 +353,17 @@ ACTIVATIONS = {"identity": lambda t: t, "relu": F.relu, "relu6": F.relu6, "silu"
 @pytest.mark.parametrize("dtype", [pytest.param(torch.float16, id="f16"), pytest.param(torch.float32, id="tf32")])
 def test_groups_of_8_fused_epilogue_in_the_kernel(dtype, activation, residual, rng, gen, seed):
     # conv2d_fused on groups the tensor-core kernels take (13 groups of 8, 6
-    # groups of 4, in 16-bit 5 groups of 16): the residual and the activation
+    # groups of 4; in 16-bit 5 groups of 16, and 32 groups of 4 and 16 of 8,
+    # 16 channels a warp), at stride 1 or 2: the residual and the activation
     # applied in its epilogue, against act(conv + bias + residual) in float64.
-    width, groups = rng.choice([(8, 13), (4, 6)] + ([(16, 5)] if dtype != torch.float32 else []))
+    width, groups = rng.choice([(8, 13), (4, 6)] + ([(16, 5), (4, 32), (8, 16)] if dtype != torch.float32 else []))
+    stride = rng.choice([1, 2])
     c = width * groups
     x = make_tensor((2, c, 11, 9), dtype, "cuda", "channels_last", gen)
     w = make_tensor((c, width, 3, 3), dtype, "cuda", "channels_last", gen)
     b = make_tensor((c,), dtype, "cuda", gen=gen)
-    r = make_tensor((2, c, 6, 5), dtype, "cuda", "channels_last", gen) if residual else None
-    args = ([2, 2], [1, 1], [1, 1], groups)
+    r = make_tensor((2, c, 10 // stride + 1, 8 // stride + 1), dtype, "cuda", "channels_last", gen) if residual else None
+    args = ([stride, stride], [1, 1], [1, 1], groups)
     saved = torch.backends.cudnn.allow_tf32
     try:
         torch.backends.cudnn.allow_tf32 = True
@@ -368,8 +371,8 @@ def test_groups_of_8_fused_epilogue_in_the_kernel(dtype, activation, residual, r
     finally:
         torch.backends.cudnn.allow_tf32 = saved
     assert ran is not False, f"seed={seed}"
-    pre = F.conv2d(x.double(), w.double(), b.double(), 2, 1, 1, groups)
-    bound = F.conv2d(x.double().abs(), w.double().abs(), b.double().abs(), 2, 1, 1, groups)
+    pre = F.conv2d(x.double(), w.double(), b.double(), stride, 1, 1, groups)
+    bound = F.conv2d(x.double().abs(), w.double().abs(), b.double().abs(), stride, 1, 1, groups)
     if r is not None:
         pre, bound = pre + r.double(), bound + r.double().abs()
     want = ACTIVATIONS[activation](pre)
