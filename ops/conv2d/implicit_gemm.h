@@ -231,12 +231,17 @@ bool fprop_wgmma_bf16(const ConvProblem& problem);
 //     sm80-style kernels; 64-wide, 33.2 (cuDNN 27.7), and 128 -> 64 channels
 //     at 28x28 29.6 -> 19.9 (cuDNN 18.2). With 32 output channels or fewer
 //     half of a 64-wide tile is empty too, and it measured slower.
-// Float32 128-wide tiles that outnumber the multiprocessors run the pingpong
-// variant (`pingpong`; H100, N=32, float32, us: the strided 1x1 256 -> 512
-// layer 48.9 -> 39.0, cuDNN 35.4; 128 channels at 56x56 stride 2 44.5 -> 40.0,
+// 128-wide tiles that outnumber the multiprocessors run the pingpong variant
+// (`pingpong`; H100, N=32, float32, us: the strided 1x1 256 -> 512 layer
+// 48.9 -> 39.0, cuDNN 35.4; 128 channels at 56x56 stride 2 44.5 -> 40.0,
 // cuDNN 35.2; with one tile a block it has nothing to overlap and its
-// one-warpgroup epilogue is slower). In 16-bit it measured no faster than
-// the cooperative kernel's staged epilogue (bench/NOTES.md).
+// one-warpgroup epilogue is slower). In 16-bit it stores its tiles by TMA
+// and takes the layers of short reductions (up to 8 steps of 64 channels)
+// without a residual (float16, us: 256 -> 512 from 56x56 29.0 -> 25.8, 512 ->
+// 1024 from 28x28 22.3 -> 21.5); ResNet-50's 128-channel 3x3 layers (18
+// steps) measured within a microsecond either way, and a residual read from
+// registers beside the TMA stores cost more than the overlap saved
+// (bench/NOTES.md).
 // In float32 the reduction is split in two where the tiles fill at most half
 // the multiprocessors; in 16-bit the plan declines those problems (CUTLASS
 // 3's Hopper kernel, fprop_sm90_f16 below, is faster than ours split in two:
@@ -260,9 +265,9 @@ struct WgmmaPlan {
   Box box;
   bool im2col;     // tiles of 128 consecutive output positions (TMA's im2col mode), not boxes
   int cols = 128;  // output channels a tile: 128, or 64 for layers of 40 to 64
-  // The pingpong kernel (float32, 128-wide tiles, more tiles than
-  // multiprocessors): each consumer warpgroup owns whole tiles, and one's
-  // epilogue runs beside the other's main loop.
+  // The pingpong kernel (128-wide tiles, more tiles than multiprocessors;
+  // in 16-bit without a residual): each consumer warpgroup owns whole tiles,
+  // and one's epilogue runs beside the other's main loop.
   bool pingpong = false;
 };
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
@@ -290,7 +295,11 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   const int64_t tiles = im2col ? im2col_tiles : box_tiles;
   const bool split = 2 * tiles <= pr.multiprocessors;
   if (wide && split) return {false, 1, {}, false};
-  return {true, split ? 2 : 1, box, im2col, cols, !wide && cols == 128 && tiles > sms};
+  // 16-bit: the pingpong kernel for short reductions (at most 8 steps: the
+  // strided 1x1 layers of up to 512 input channels) without a residual.
+  const bool short_reduction = int64_t(pr.r) * pr.s * pr.c <= 8 * 64;
+  return {true, split ? 2 : 1, box, im2col, cols,
+          cols == 128 && tiles > sms && (!wide || (short_reduction && pr.residual == nullptr))};
 }
 
 // The input gradient of a strided layer (float32 as TF32, float16, bfloat16)

@@ -38,11 +38,13 @@
 // (stage_tile, store_staged), since their pairs fill half a sector. Meanwhile the
 // producer is already loading the next tile.
 //
-// The pingpong variant (kPingpong; float32, 128 x 128 tiles, where the plan
-// has more tiles than multiprocessors) gives each consumer warpgroup whole
-// tiles in turn (consume_pingpong), so that one's epilogue runs beside the
-// other's main loop. Its producer is a whole warpgroup, which hands its
-// registers to the consumers (setmaxnreg: 40 a thread for it, 232 for them).
+// The pingpong variant (kPingpong; 128 x 128 tiles, where the plan has more
+// tiles than multiprocessors) gives each consumer warpgroup whole tiles in
+// turn (consume_pingpong), so that one's epilogue runs beside the other's
+// main loop. Its producer is a whole warpgroup, which hands its registers
+// to the consumers (setmaxnreg: 40 a thread for it, 232 for them). Its
+// float32 tiles are stored from registers; its 16-bit ones (no residual) go
+// through shared memory and out by TMA stores (tile_to_smem).
 //
 // A launch may hold up to kMaxPhases sub-problems (Phase, wgmma_plan.h) that
 // share the input, the weight's tensor map and the box: each its own output
@@ -182,20 +184,25 @@ struct Tile {
   static constexpr int kStep = kRowBytes / int(sizeof(T));
   static constexpr int kStageA = kM * kRowBytes;
   static constexpr int kStageBytes = kStageA + kN * kRowBytes;
-  // 16-bit outputs are stored through shared memory (stage_tile):
-  // each consumer warpgroup's 64 x kN float32 accumulators, rows padded by
-  // 32 bytes so that the pair writes are free of bank conflicts.
-  static constexpr bool kStaged = sizeof(T) == 2;
+  // 16-bit outputs of the cooperative kernel are stored through shared
+  // memory (stage_tile): each consumer warpgroup's 64 x kN float32
+  // accumulators, rows padded by 32 bytes so that the pair writes are free of
+  // bank conflicts. The 16-bit pingpong kernel stores its tiles by TMA
+  // (tile_to_smem): a buffer of kM rows x kN 16-bit channels per warpgroup.
+  static constexpr bool k16 = sizeof(T) == 2;
+  static constexpr bool kStaged = k16 && !kPingpong;
+  static constexpr bool kTmaStore = k16 && kPingpong;
+  static constexpr int kTmaTileBytes = kM * kN * 2;
   static constexpr int kEpiPitch = kN + 8;  // floats
-  static constexpr int kEpiBytes = kStaged ? (kM / 64) * 64 * kEpiPitch * 4 : 0;
+  static constexpr int kEpiBytes =
+      kStaged ? (kM / 64) * 64 * kEpiPitch * 4 : kTmaStore ? 2 * kTmaTileBytes : 0;
   // Barriers: full and empty per stage, and (pingpong) the two warpgroups' turns.
   static constexpr int kBarrierBytes = 2 * 8 * kStages + (kPingpong ? 16 : 0);
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + kBarrierBytes + 1024;
   // Warps that release a stage: every consumer warp, or one warpgroup's (pingpong).
   static constexpr int kReleasers = kPingpong ? 4 : kConsumers / 32;
   static constexpr int kRegs = kN / 2;
-  static_assert(!kPingpong || (!kStaged && kM == 128 && kN == 128),
-                "pingpong: float32 tiles of 128 x 128 (consume_pingpong)");
+  static_assert(!kPingpong || (kM == 128 && kN == 128), "pingpong: tiles of 128 x 128 (consume_pingpong)");
   static_assert(kN == 128 || kN == 64, "the instructions are m64 x 128 or m64 x 64 (wgmma.cuh)");
   static_assert(kM == 64 || kM == 128, "one or two consumer warpgroups");
 };
@@ -456,7 +463,71 @@ __device__ __forceinline__ void store_staged(const Args& a, const float* buf, in
   }
 }
 
-// The consumers of the pingpong kernel (fprop_tma_kernel<..., true>, float32):
+// TMA stores of the 16-bit pingpong kernel's tiles (consume_pingpong): a
+// warpgroup writes its tile's rows, the bias and the activation applied in
+// registers, to its buffer in shared memory as kN / 64 column blocks of kM
+// rows x 128 bytes (64 channels), 128-byte swizzled as the output's map
+// (make_output_map) reads them: 16-byte chunk c of row r at chunk c ^ (r %
+// 8), so that a warp's pair writes (8 rows x 4 lanes) meet 32 different
+// banks. One thread then stores each block with one TMA instruction, which
+// returns at once: the copy engine writes whole lines while the warpgroup
+// waits for its next turn, and its buffer is written again only once those
+// stores have read it. (Pairs stored from registers write half of each
+// 32-byte sector, and their stores cost the pingpong kernel more than the
+// overlap saved: bench/NOTES.md.)
+__device__ __forceinline__ void store_box_4d(const CUtensorMap* map, uint32_t src, int c0, int c1,
+                                             int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+__device__ __forceinline__ void store_box_2d(const CUtensorMap* map, uint32_t src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most kLeft committed store groups are still reading shared memory.
+template <int kLeft>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kLeft) : "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Makes this thread's shared-memory writes visible to the TMA unit.
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// All consumer threads (named barrier 3; 1 and 2 are the warpgroups').
+template <int kThreads>
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 3, %0;\n" ::"n"(kThreads) : "memory");
+}
+
+// A thread's part of the tile (rows row0 and row0 + 8 of the tile, pairs of
+// channels 8 apart from col0 of the output) into the swizzled buffer
+// `tile` with the activation; the bias is already in acc.
+template <typename T, int kM, int kN, Activation kAct>
+__device__ __forceinline__ void tile_to_smem(const float (&acc)[kN / 2], uint8_t* tile, int row0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    uint8_t* line = tile + row * kRowBytes + 4 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+      const T pair[2] = {T(activate(kAct, acc[4 * j + 2 * h])), T(activate(kAct, acc[4 * j + 2 * h + 1]))};
+      uint32_t bits;
+      memcpy(&bits, pair, sizeof(bits));
+      *reinterpret_cast<uint32_t*>(line + (j / 8) * (kM * kRowBytes) + (((j % 8) ^ (row & 7)) << 4)) =
+          bits;
+    }
+  }
+}
+
+// The consumers of the pingpong kernel (fprop_tma_kernel<..., true>):
 // the block's i-th tile belongs to warpgroup i % 2, which computes all of its
 // 128 rows (two m64 x 128 instructions a 32-byte slice of the step, acc0 on
 // rows 0-63 and acc1 on 64-127). The warpgroups take turns on the main loop:
@@ -465,10 +536,14 @@ __device__ __forceinline__ void store_staged(const Args& a, const float* buf, in
 // order the producer fills them, and a warpgroup's wait on a stage's "full"
 // barrier is never more than one phase ahead of it. Each warpgroup walks
 // every tile of the block to count the other's steps (`it`, the stage ring's
-// position). A tile's epilogue (store_tile's variants, from registers, once
-// per 64-row block) runs while the other warpgroup's main loop does.
+// position). A tile's epilogue (float32: store_tile's variants, from
+// registers, once per 64-row block; 16-bit: tile_to_smem into the
+// warpgroup's buffer `epi` + group * kTmaTileBytes, then TMA stores of the
+// output's map `ymap` by its first thread) runs while the other warpgroup's
+// main loop does.
 template <typename T, int kM, int kN, int kStages>
-__device__ __forceinline__ void consume_pingpong(const Args& a, uint32_t base, uint32_t full,
+__device__ __forceinline__ void consume_pingpong(const Args& a, const CUtensorMap* ymap,
+                                                 uint8_t* epi, uint32_t base, uint32_t full,
                                                  uint32_t empty) {
   using Cfg = Tile<T, kM, kN, kStages, true>;
   const int tid = threadIdx.x, group = tid / 128, lane = tid & 31, warp = (tid & 127) >> 5;
@@ -541,20 +616,52 @@ __device__ __forceinline__ void consume_pingpong(const Args& a, uint32_t base, u
     add_bias<kN>(acc0, bias);
     add_bias<kN>(acc1, bias);
     const int col0 = nt * kN + 2 * (lane & 3);
-    // One copy of the variants' code for both 64-row blocks: the second's
-    // accumulators are moved into the first's once it is stored.
-#pragma unroll 1
-    for (int b = 0; b < 2; ++b) {
-      const int rows[2] = {b == 0 ? offs[0] : offs[2], b == 0 ? offs[1] : offs[3]};
-      with_epilogue(a, [&](auto act, auto residual, auto partial) {
-        store_tile<T, kN, decltype(act)::value, decltype(residual)::value,
-                   decltype(partial)::value>(a, acc0, rows, col0, z, positions);
+    if constexpr (Cfg::kTmaStore) {  // 16-bit: the warpgroup's tile by TMA stores
+      uint8_t* tile = epi + group * Cfg::kTmaTileBytes;
+      const bool issuer = (tid & 127) == 0;
+      if (issuer) bulk_wait_read<0>();  // its previous tile's stores have read the buffer
+      warpgroup_sync(group);
+      const int row0 = warp * 16 + (lane >> 2);
+      with_activation(a.activation, [&](auto act) {
+        tile_to_smem<T, kM, kN, decltype(act)::value>(acc0, tile, row0);
+        tile_to_smem<T, kM, kN, decltype(act)::value>(acc1, tile, row0 + 64);
       });
-      if (b == 0) {
+      fence_async_shared();
+      warpgroup_sync(group);
+      if (issuer) {
+        const TileAt at = tile_at<Cfg::kStep>(a, t, n_tiles);
+        const uint32_t src = base + uint32_t(kStages * Cfg::kStageBytes + group * Cfg::kTmaTileBytes);
 #pragma unroll
-        for (int r = 0; r < Cfg::kRegs; ++r) acc0[r] = acc1[r];
+        for (int b = 0; b < kN / 64; ++b) {
+          const uint32_t block = src + uint32_t(b * kM * kRowBytes);
+          if (a.im2col) {
+            store_box_2d(ymap, block, nt * kN + 64 * b, at.ow0);
+          } else {
+            store_box_4d(ymap, block, nt * kN + 64 * b, at.ow0, at.oh0, at.n0);
+          }
+        }
+        bulk_commit();
+      }
+    } else {
+      // One copy of the variants' code for both 64-row blocks: the second's
+      // accumulators are moved into the first's once it is stored.
+#pragma unroll 1
+      for (int b = 0; b < 2; ++b) {
+        const int rows[2] = {b == 0 ? offs[0] : offs[2], b == 0 ? offs[1] : offs[3]};
+        with_epilogue(a, [&](auto act, auto residual, auto partial) {
+          store_tile<T, kN, decltype(act)::value, decltype(residual)::value,
+                     decltype(partial)::value>(a, acc0, rows, col0, z, positions);
+        });
+        if (b == 0) {
+#pragma unroll
+          for (int r = 0; r < Cfg::kRegs; ++r) acc0[r] = acc1[r];
+        }
       }
     }
+  }
+  // The last tile's stores are done before the block's shared memory goes.
+  if constexpr (Cfg::kTmaStore) {
+    if ((tid & 127) == 0) bulk_wait_all();
   }
 }
 
@@ -563,7 +670,8 @@ __device__ __forceinline__ void consume_pingpong(const Args& a, uint32_t base, u
 template <typename T, int kM, int kN, int kStages, bool kPingpong = false>
 __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads, 1)
     fprop_tma_kernel(const __grid_constant__ CUtensorMap xmap,
-                     const __grid_constant__ CUtensorMap wmap, const Args a) {
+                     const __grid_constant__ CUtensorMap wmap,
+                     const __grid_constant__ CUtensorMap ymap, const Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Tile<T, kM, kN, kStages, kPingpong>;
   extern __shared__ uint8_t smem_raw[];
@@ -635,7 +743,8 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
 
   if constexpr (kPingpong) {
     wgmma::claim_registers<232>();
-    consume_pingpong<T, kM, kN, kStages>(a, base, full, empty);
+    consume_pingpong<T, kM, kN, kStages>(
+        a, &ymap, smem_raw + (base - raw) + kStages * Cfg::kStageBytes, base, full, empty);
     return;
   }
 
@@ -687,13 +796,15 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
     // The variant's arguments are computed once, outside the variants.
 #define CUSTOMCONV_VARIANT decltype(act)::value, decltype(residual)::value, decltype(partial)::value
     if constexpr (Cfg::kStaged) {
-      float* buf = reinterpret_cast<float*>(smem_raw + (base - raw) + kStages * Cfg::kStageBytes) +
-                   group * 64 * Cfg::kEpiPitch;
-      stage_tile<kN>(acc, buf, group, offset(group * 64 + (tid & 63)));
-      const int col0 = nt * kN;
-      with_epilogue(a, [&](auto act, auto residual, auto partial) {
-        store_staged<T, kN, CUSTOMCONV_VARIANT>(a, buf, col0, z, positions);
-      });
+      {
+        float* buf = reinterpret_cast<float*>(smem_raw + (base - raw) + kStages * Cfg::kStageBytes) +
+                     group * 64 * Cfg::kEpiPitch;
+        stage_tile<kN>(acc, buf, group, offset(group * 64 + (tid & 63)));
+        const int col0 = nt * kN;
+        with_epilogue(a, [&](auto act, auto residual, auto partial) {
+          store_staged<T, kN, CUSTOMCONV_VARIANT>(a, buf, col0, z, positions);
+        });
+      }
     } else {
       const int warp = (tid & 127) >> 5;
       int offs[2];  // the thread's two rows' output offsets (-1: outside)
@@ -795,6 +906,35 @@ bool make_maps(CUtensorMap* xmap, CUtensorMap* wmap, const void* x, const void* 
   const cuuint32_t wstep[2] = {1, 1};
   return encode(wmap, map_type<T>(), 2, const_cast<void*>(w), wdims, wstrides, wbox, wstep,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The output's map for the 16-bit pingpong kernel's TMA stores (one phase,
+// packed NHWC output): 64 channels x a tile's box of positions (bw x bh x bn), or with
+// a.im2col 64 channels x kM consecutive positions of the (n p q, k) matrix,
+// 128-byte swizzled as tile_to_smem writes them; false where the driver
+// refuses it.
+template <typename T, int kM>
+bool make_output_map(CUtensorMap* ymap, void* y, const Args& a) {
+  const EncodeTiled encode = encoder();
+  if (encode == nullptr) return false;
+  const Phase& f = a.ph[0];
+  const cuuint64_t es = sizeof(T);
+  const cuuint32_t ones[4] = {1, 1, 1, 1};
+  if (a.im2col) {
+    const cuuint64_t dims[2] = {cuuint64_t(a.k), cuuint64_t(a.n) * f.p * f.q};
+    const cuuint64_t strides[1] = {a.k * es};
+    const cuuint32_t box[2] = {64, cuuint32_t(kM)};
+    return encode(ymap, map_type<T>(), 2, y, dims, strides, box, ones,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  }
+  const cuuint64_t dims[4] = {cuuint64_t(a.k), cuuint64_t(f.q), cuuint64_t(f.p), cuuint64_t(a.n)};
+  const cuuint64_t strides[3] = {a.k * es, cuuint64_t(f.q) * a.k * es,
+                                 cuuint64_t(f.p) * f.q * a.k * es};
+  const cuuint32_t box[4] = {64, cuuint32_t(a.bw), cuuint32_t(a.bh), cuuint32_t(a.bn)};
+  return encode(ymap, map_type<T>(), 4, y, dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 

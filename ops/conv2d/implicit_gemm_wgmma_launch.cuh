@@ -47,26 +47,38 @@ int set_tiles(wgmma_fprop::Args& a) {
 // the other's main loop (with 4 stages, one block: 64 channels at 56x56 in
 // float16 37.7 us, against 33.2; 128 -> 64 channels at 28x28 22.0 against
 // 19.9).
-// The pingpong kernel (kPingpong, float32) runs one block a multiprocessor,
-// 6 stages deep: its consumer warpgroups take turns on the main loop, so the
-// loads run further ahead of it.
+// The pingpong kernel (kPingpong) runs one block a multiprocessor, 6 stages
+// deep in float32 and 5 in 16-bit (whose warpgroups' TMA-stored tiles take
+// 64 KB): its consumer warpgroups take turns on the main loop, so the loads
+// run further ahead of it.
 template <typename T, int kN = 128, bool kPingpong = false>
 bool launch_wgmma(wgmma_fprop::Args& a, const void* x, const void* w, int h, int wd, int taps,
                   int device, void* stream) {
-  constexpr int kM = 128, kStages = kPingpong ? 6 : sizeof(T) == 2 && kN == 64 ? 3 : 4;
+  constexpr int kM = 128,
+                kStages = kPingpong ? (sizeof(T) == 2 ? 5 : 6) : sizeof(T) == 2 && kN == 64 ? 3 : 4;
   using Cfg = wgmma_fprop::Tile<T, kM, kN, kStages, kPingpong>;
   const auto kernel = &wgmma_fprop::fprop_tma_kernel<T, kM, kN, kStages, kPingpong>;
   static CachedKernelFit fit(reinterpret_cast<const void*>(kernel),
                              KernelNeeds{90, Cfg::kThreads, size_t(Cfg::kSmemBytes)});
   if (!fit.on(device)) return false;
   const int tiles = set_tiles<kN>(a);
-  CUtensorMap xmap, wmap;
+  CUtensorMap xmap, wmap, ymap{};
   if (!wgmma_fprop::make_maps<T, kN>(&xmap, &wmap, x, w, a.n, h, wd, a.c, a.k, taps, a))
     return false;
+  if constexpr (Cfg::kTmaStore) {
+    // The 16-bit pingpong kernel's stores (one phase, a packed output,
+    // no residual, no split: wgmma_fprop_plan).
+    const Phase& f = a.ph[0];
+    const bool packed = a.phases == 1 && f.y0 == 0 && f.sw == a.k && f.sh == f.q * a.k &&
+                        f.sn == f.p * f.sh && reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
+    if (!packed || a.residual != nullptr || a.split != 1 ||
+        !wgmma_fprop::make_output_map<T, kM>(&ymap, a.y, a))
+      return false;
+  }
   const int64_t all = int64_t(tiles) * a.split;
   const unsigned blocks = unsigned(std::min<int64_t>(all, fit.on(device).resident_blocks()));
   kernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(xmap, wmap,
-                                                                                        a);
+                                                                                        ymap, a);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }
@@ -96,13 +108,11 @@ bool fprop_wgmma(const ConvProblem& pr) {
   bool launched;
   if (plan.cols == 64) {
     launched = launch_wgmma<T, 64>(a, pr.input, pr.weight, pr.h, pr.w, taps, pr.device, pr.stream);
-  } else if constexpr (sizeof(T) == 4) {
-    launched = plan.pingpong ? launch_wgmma<T, 128, true>(a, pr.input, pr.weight, pr.h, pr.w, taps,
-                                                          pr.device, pr.stream)
-                             : launch_wgmma<T>(a, pr.input, pr.weight, pr.h, pr.w, taps, pr.device,
-                                               pr.stream);
   } else {
-    launched = launch_wgmma<T>(a, pr.input, pr.weight, pr.h, pr.w, taps, pr.device, pr.stream);
+    launched = plan.pingpong && launch_wgmma<T, 128, true>(a, pr.input, pr.weight, pr.h, pr.w,
+                                                           taps, pr.device, pr.stream);
+    if (!launched)
+      launched = launch_wgmma<T>(a, pr.input, pr.weight, pr.h, pr.w, taps, pr.device, pr.stream);
   }
   if (!launched) return false;
   if (pr.split_k > 1) launch_sum_slices<T>(pr);

@@ -365,28 +365,39 @@ def test_hopper_forward_epilogues_small(layer, dtype, gen, seed):
     assert ran is not False, ctx
 
 
-# Float32 layers with more tiles than an H100's or H200's 132
-# multiprocessors, which the plan gives to the pingpong kernel (implicit_gemm.h,
-# WgmmaPlan::pingpong: each consumer warpgroup owns whole tiles, turn by
-# turn): every epilogue, a partial column tile, rows of positions and boxes,
-# odd tile counts a block (the two warpgroups' shares differ), a plain
-# conv2d without bias. The smallest is small enough for compute-sanitizer's
-# racecheck: `pytest -k "pingpong and 1x1"`.
+# Layers with more tiles than an H100's or H200's 132 multiprocessors, which
+# the plan gives to the pingpong kernel (implicit_gemm.h, WgmmaPlan::pingpong:
+# each consumer warpgroup owns whole tiles, turn by turn; in 16-bit, which
+# stores its tiles by TMA, only reductions of up to 8 steps of 64 channels
+# without a residual): every epilogue, a partial column tile, rows of
+# positions and boxes, odd tile counts a block (the two warpgroups' shares
+# differ), a plain conv2d without bias; in float32, and in 16-bit where the
+# channels are a multiple of 64 (the other layers there on the cooperative
+# kernel). The smallest is small enough for compute-sanitizer's racecheck:
+# `pytest -k "pingpong and 1x1"`.
 PINGPONG_LAYERS = {
     # name: (n, c, k, size, kernel, stride, activation, residual, bias)  tiles
     "1x1-s2-k392-silu-residual": (6, 128, 392, 64, 1, 2, "silu", True, True),  # 192
+    "1x1-s2-k392-silu": (6, 128, 392, 64, 1, 2, "silu", False, True),  # 192
+    "1x1-s2-512ch-k200-plain": (48, 512, 200, 28, 1, 2, None, False, False),  # 148 or more
     "3x3-96x96-gelu-residual": (2, 128, 128, 96, 3, 1, "gelu", True, True),  # 144
     "3x3-160ch-28x28-plain": (32, 160, 128, 28, 3, 1, None, False, False),  # 196
+    "3x3-192ch-28x28-plain": (32, 192, 136, 28, 3, 1, None, False, False),  # 392
     "5x5-s2-k200-relu6": (24, 128, 200, 40, 5, 2, "relu6", False, True),  # 150
     "3x3-s2-hardswish-residual": (11, 256, 256, 56, 3, 2, "hardswish", True, True),  # 136
+    "3x3-s2-sigmoid": (11, 256, 256, 56, 3, 2, "sigmoid", False, True),  # 136
 }
-PINGPONG_KERNEL = r"fprop_tma_kernel<float, 128, 128, \d+, true>"
+PINGPONG_CASES = [(layer, dtype) for layer, (_, c, *_rest) in PINGPONG_LAYERS.items()
+                  for dtype in (torch.float32, torch.float16, torch.bfloat16)
+                  if dtype == torch.float32 or c % 64 == 0]
+KERNEL_NAME = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
 
 
-@pytest.mark.parametrize("layer", list(PINGPONG_LAYERS))
-def test_hopper_forward_pingpong(layer, gen, seed):
+@pytest.mark.parametrize("layer,dtype", PINGPONG_CASES,
+                         ids=[f"{layer}-{str(dtype)[6:]}" for layer, dtype in PINGPONG_CASES])
+def test_hopper_forward_pingpong(layer, dtype, gen, seed):
     n, c, k, size, kernel, stride, activation, residual, bias = PINGPONG_LAYERS[layer]
-    dtype, pad = torch.float32, kernel // 2
+    pad = kernel // 2
     x = make_tensor((n, c, size, size), dtype, "cuda", "channels_last", gen)
     w = make_tensor((k, c, kernel, kernel), dtype, "cuda", "channels_last", gen)
     b = make_tensor((k,), dtype, "cuda", gen=gen) if bias else None
@@ -396,7 +407,10 @@ def test_hopper_forward_pingpong(layer, gen, seed):
         call = lambda: ops.conv2d(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1)  # noqa: E731
     else:
         call = lambda: ops.conv2d_fused(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1, activation, r)  # noqa: E731
-    got, ran = run_with_tf32(call, kernel=PINGPONG_KERNEL)
-    ctx = f"seed={seed} {layer}"
-    check(got, x, w, b, stride, pad, 1, dtype, ctx, r, activation or "identity")
+    pingpong = dtype == torch.float32 or (not residual and kernel * kernel * c <= 8 * 64)
+    kernel_name = rf"fprop_tma_kernel<{KERNEL_NAME[dtype]}, 128, 128, \d+, {str(pingpong).lower()}>"
+    got, ran = run_with_tf32(call, kernel=kernel_name)
+    ctx = f"seed={seed} {layer} {dtype}"
+    check(got, x, w, b, stride, pad, 1, dtype, ctx, r, activation or "identity",
+          tol=TOL if dtype == torch.float32 else TOL16)
     assert ran is not False, ctx
