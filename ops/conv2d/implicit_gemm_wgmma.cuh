@@ -500,11 +500,6 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-// All consumer threads (named barrier 3; 1 and 2 are the warpgroups').
-template <int kThreads>
-__device__ __forceinline__ void consumers_sync() {
-  asm volatile("bar.sync 3, %0;\n" ::"n"(kThreads) : "memory");
-}
 
 // A thread's part of the tile (rows row0 and row0 + 8 of the tile, pairs of
 // channels 8 apart from col0 of the output) into the swizzled buffer
@@ -796,15 +791,13 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
     // The variant's arguments are computed once, outside the variants.
 #define CUSTOMCONV_VARIANT decltype(act)::value, decltype(residual)::value, decltype(partial)::value
     if constexpr (Cfg::kStaged) {
-      {
-        float* buf = reinterpret_cast<float*>(smem_raw + (base - raw) + kStages * Cfg::kStageBytes) +
-                     group * 64 * Cfg::kEpiPitch;
-        stage_tile<kN>(acc, buf, group, offset(group * 64 + (tid & 63)));
-        const int col0 = nt * kN;
-        with_epilogue(a, [&](auto act, auto residual, auto partial) {
-          store_staged<T, kN, CUSTOMCONV_VARIANT>(a, buf, col0, z, positions);
-        });
-      }
+      float* buf = reinterpret_cast<float*>(smem_raw + (base - raw) + kStages * Cfg::kStageBytes) +
+                   group * 64 * Cfg::kEpiPitch;
+      stage_tile<kN>(acc, buf, group, offset(group * 64 + (tid & 63)));
+      const int col0 = nt * kN;
+      with_epilogue(a, [&](auto act, auto residual, auto partial) {
+        store_staged<T, kN, CUSTOMCONV_VARIANT>(a, buf, col0, z, positions);
+      });
     } else {
       const int warp = (tid & 127) >> 5;
       int offs[2];  // the thread's two rows' output offsets (-1: outside)
