@@ -359,9 +359,13 @@ bool fprop_sm90(const at::Tensor& input, const implicit_gemm::ConvProblem& probl
   if (!plan.take) return false;
   implicit_gemm::ConvProblem pr = problem;
   pr.split_k = plan.split;
-  at::Tensor partial;  // the slices' float32 partial outputs
+  at::Tensor partial;  // the slices' float32 partial outputs, or the tail's meeting places
   if (pr.split_k > 1) {
     partial = at::empty({pr.split_k, out.numel()}, input.options().dtype(at::kFloat));
+    pr.workspace = partial.mutable_data_ptr();
+  } else if (plan.tail > 0) {
+    partial = at::empty({implicit_gemm::tail_workspace_bytes(plan.tail, plan.cols)},
+                        input.options().dtype(at::kByte));
     pr.workspace = partial.mutable_data_ptr();
   }
   switch (input.scalar_type()) {

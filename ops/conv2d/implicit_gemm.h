@@ -153,6 +153,8 @@ struct ConvProblem {
   // Slices of the reduction, each writing its own float32 partial result:
   // wgrad writes them to `weight` ((split_k, K, r, s, C)); fprop to `workspace`
   // ((split_k, N, P, Q, K)), then adds them, with the bias, into `output`.
+  // The Hopper forward with split_k 1 takes `workspace`, where not null, as
+  // the meeting places of its plan's tail (WgmmaPlan::tail).
   int split_k = 1;
   void* workspace = nullptr;
   // fprop only: groups, the weight (K, r, s, C / groups); each group's input
@@ -269,6 +271,10 @@ struct WgmmaPlan {
   // in 16-bit without a residual): each consumer warpgroup owns whole tiles,
   // and one's epilogue runs beside the other's main loop.
   bool pingpong = false;
+  // Tiles of the last round run as two halves of their reduction
+  // (wgmma_plan.h's tail_tiles; split 1), their meeting places in the
+  // problem's workspace (tail_workspace_bytes).
+  int tail = 0;
 };
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   const bool wide = element_size == 2;  // 16-bit: 64 channels a step
@@ -298,8 +304,11 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   // 16-bit: the pingpong kernel for short reductions (at most 8 steps: the
   // strided 1x1 layers of up to 512 input channels) without a residual.
   const bool short_reduction = int64_t(pr.r) * pr.s * pr.c <= 8 * 64;
+  // The 64-wide tiles run two blocks a multiprocessor, the 128-wide ones one.
+  const int64_t steps = int64_t(pr.r) * pr.s * pr.c / (128 / element_size);
+  const int tail = split ? 0 : int(tail_tiles(tiles, sms * (cols == 64 ? 2 : 1), steps));
   return {true, split ? 2 : 1, box, im2col, cols,
-          cols == 128 && tiles > sms && (!wide || (short_reduction && pr.residual == nullptr))};
+          cols == 128 && tiles > sms && (!wide || (short_reduction && pr.residual == nullptr)), tail};
 }
 
 // The input gradient of a strided layer (float32 as TF32, float16, bfloat16)

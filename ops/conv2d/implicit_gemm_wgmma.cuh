@@ -113,7 +113,18 @@ struct Args {
   int tiles;   // of all phases, one slice
   Phase ph[kMaxPhases];
   Activation activation;
+  // split 1: the last `tail` tiles run as two halves of their reduction
+  // each (wgmma_plan.h's tail_tiles), units tiles - tail + 2j and + 1 for
+  // tile tiles - tail + j; the halves meet in `join`
+  // (tail_workspace_bytes), its flags marked with this launch's `tag`.
+  int tail;
+  void* join;
+  unsigned long long tag;
 };
+
+// The launch's units of work: its tiles, times the slices, plus the tail's
+// second halves.
+__device__ __forceinline__ int units_of(const Args& a) { return a.tiles * a.split + a.tail; }
 
 // Output position m of phase f, counted in (n, p, q) order (im2col tiles).
 struct Position {
@@ -138,12 +149,13 @@ __device__ __forceinline__ Phase phase_of(const Args& a, int u) {
   return f;
 }
 
-// Tile t of a launch (slice z's tile u): its phase, output-channel tile nt,
-// box corner (ow0, oh0, n0; im2col: ow0 the first position) and reduction
-// steps [first, last) of kStep channels.
+// Unit t of a launch (slice z's tile u, or half of a tail tile): its phase,
+// output-channel tile nt, box corner (ow0, oh0, n0; im2col: ow0 the first
+// position), reduction steps [first, last) of kStep channels, and for a
+// tail tile's half its index in the tail (`join`, else -1).
 struct TileAt {
   Phase f;
-  int z, nt, ow0, oh0, n0, first, last;
+  int z, nt, ow0, oh0, n0, first, last, join;
 
   // The output offset of the tile's row `row` (-1: outside).
   __device__ __forceinline__ int offset(const Args& a, int row) const {
@@ -162,16 +174,24 @@ struct TileAt {
 template <int kStep>
 __device__ __forceinline__ TileAt tile_at(const Args& a, int t, int n_tiles) {
   TileAt x;
-  x.z = t / a.tiles;
-  const int u = t - x.z * a.tiles;
+  const int whole = a.tiles - a.tail;  // (tail > 0: split 1)
+  int u, half = -1;
+  x.join = -1;
+  if (a.tail > 0 && t >= whole) {
+    x.z = 0, x.join = (t - whole) >> 1, half = (t - whole) & 1, u = whole + x.join;
+  } else {
+    x.z = t / a.tiles, u = t - x.z * a.tiles;
+  }
   x.f = phase_of(a, u);
   x.nt = (u - x.f.tiles_begin) % n_tiles;
   const int box = (u - x.f.tiles_begin) / n_tiles;
   x.ow0 = (box % x.f.tw) * a.bw, x.oh0 = ((box / x.f.tw) % x.f.th) * a.bh,
   x.n0 = (box / (x.f.tw * x.f.th)) * a.bn;
   const int all_steps = x.f.r * x.f.s * a.c / kStep;
-  x.first = int(int64_t(all_steps) * x.z / a.split);
-  x.last = int(int64_t(all_steps) * (x.z + 1) / a.split);
+  // (A tail tile's half as slice `half` of two.)
+  const int slice = half >= 0 ? half : x.z, slices = half >= 0 ? 2 : a.split;
+  x.first = int(int64_t(all_steps) * slice / slices);
+  x.last = int(int64_t(all_steps) * (slice + 1) / slices);
   return x;
 }
 
@@ -196,8 +216,9 @@ struct Tile {
   static constexpr int kEpiPitch = kN + 8;  // floats
   static constexpr int kEpiBytes =
       kStaged ? (kM / 64) * 64 * kEpiPitch * 4 : kTmaStore ? 2 * kTmaTileBytes : 0;
-  // Barriers: full and empty per stage, and (pingpong) the two warpgroups' turns.
-  static constexpr int kBarrierBytes = 2 * 8 * kStages + (kPingpong ? 16 : 0);
+  // Barriers: full and empty per stage, and (pingpong) the two warpgroups'
+  // turns; then a word per consumer warpgroup (join_first).
+  static constexpr int kBarrierBytes = 2 * 8 * kStages + (kPingpong ? 16 : 0) + 16;
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpiBytes + kBarrierBytes + 1024;
   // Warps that release a stage: every consumer warp, or one warpgroup's (pingpong).
   static constexpr int kReleasers = kPingpong ? 4 : kConsumers / 32;
@@ -398,6 +419,74 @@ __device__ __forceinline__ void warpgroup_sync(int group) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + group) : "memory");
 }
 
+// The tail's halves meet (Args::tail). Each consumer warpgroup that
+// computed half of a tail tile's reduction takes a ticket from its slot's
+// `arrive` flag (join_first): the first to arrive writes its float32
+// accumulators to the slot's parts (join_put: thread t's registers 4j to 4j
+// + 3 as float4 j * 128 + t, so that a warp writes whole lines) and marks
+// the slot `ready` (join_publish), and is done with the tile; the second,
+// whose partner is then certainly running, waits for `ready` (join_wait),
+// adds the parts to its own accumulators (join_add) and stores the tile. With
+// two halves the sum is the same whichever arrives first. The flags hold the
+// launch's tag while in use and are cleared by the second, so that the next
+// launch on the same memory (a CUDA graph replayed) starts clean.
+// Slot s: flags at join + 16 s; part p (a warpgroup's kRegs accumulators a
+// thread) after the tail's 2 * tail slots.
+__device__ __forceinline__ unsigned long long* join_flags(const Args& a, int slot) {
+  return static_cast<unsigned long long*>(a.join) + 2 * slot;
+}
+template <int kRegs>
+__device__ __forceinline__ float4* join_part(const Args& a, int part) {
+  return reinterpret_cast<float4*>(static_cast<char*>(a.join) + int64_t(a.tail) * 2 * 16) +
+         int64_t(part) * 128 * (kRegs / 4) + (threadIdx.x & 127);
+}
+__device__ __forceinline__ bool join_first(const Args& a, int slot, volatile int* word, int group) {
+  if ((threadIdx.x & 127) == 0) *word = atomicExch(join_flags(a, slot), a.tag) != a.tag;
+  warpgroup_sync(group);
+  const bool first = *word != 0;
+  warpgroup_sync(group);  // read by all before the next tile's ticket
+  return first;
+}
+template <int kRegs>
+__device__ __forceinline__ void join_put(const Args& a, int part, const float (&acc)[kRegs]) {
+  float4* dst = join_part<kRegs>(a, part);
+#pragma unroll
+  for (int j = 0; j < kRegs / 4; ++j)
+    __stcg(dst + 128 * j, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+}
+__device__ __forceinline__ void join_publish(const Args& a, int slot, int group) {
+  __threadfence();
+  warpgroup_sync(group);
+  if ((threadIdx.x & 127) == 0) {
+    asm volatile("st.release.gpu.global.u64 [%0], %1;\n" ::"l"(join_flags(a, slot) + 1), "l"(a.tag)
+                 : "memory");
+  }
+}
+__device__ __forceinline__ void join_wait(const Args& a, int slot, int group) {
+  if ((threadIdx.x & 127) == 0) {
+    unsigned long long* flags = join_flags(a, slot);
+    for (;;) {
+      unsigned long long v;
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(flags + 1) : "memory");
+      if (v == a.tag) break;
+      __nanosleep(64);
+    }
+    // Nothing else of this launch touches the slot again.
+    volatile unsigned long long* clear = flags;
+    clear[0] = 0, clear[1] = 0;
+  }
+  warpgroup_sync(group);
+}
+template <int kRegs>
+__device__ __forceinline__ void join_add(const Args& a, int part, float (&acc)[kRegs]) {
+  const float4* src = join_part<kRegs>(a, part);
+#pragma unroll
+  for (int j = 0; j < kRegs / 4; ++j) {
+    const float4 v = __ldcg(src + 128 * j);
+    acc[4 * j] += v.x, acc[4 * j + 1] += v.y, acc[4 * j + 2] += v.z, acc[4 * j + 3] += v.w;
+  }
+}
+
 // 16-bit outputs go through shared memory in two parts, so that the variant
 // code each tile runs stays short (cold, it is fetched from memory: see
 // store_tile). stage_tile, one for all variants: each thread of a consumer
@@ -538,14 +627,14 @@ __device__ __forceinline__ void tile_to_smem(const float (&acc)[kN / 2], uint8_t
 // main loop does.
 template <typename T, int kM, int kN, int kStages>
 __device__ __forceinline__ void consume_pingpong(const Args& a, const CUtensorMap* ymap,
-                                                 uint8_t* epi, uint32_t base, uint32_t full,
-                                                 uint32_t empty) {
+                                                 uint8_t* epi, int* join_words, uint32_t base,
+                                                 uint32_t full, uint32_t empty) {
   using Cfg = Tile<T, kM, kN, kStages, true>;
   const int tid = threadIdx.x, group = tid / 128, lane = tid & 31, warp = (tid & 127) >> 5;
   const uint32_t my_turn = empty + 8u * kStages + 8u * group;
   const uint32_t next_turn = empty + 8u * kStages + 8u * (1 - group);
   const int n_tiles = (a.k + kN - 1) / kN;
-  const int tiles = a.tiles * a.split;
+  const int tiles = units_of(a);
   const uint32_t a_lo0 = wgmma::desc_lo(base),
                  a_lo1 = wgmma::desc_lo(base + uint32_t(64 * kRowBytes));
   const uint32_t b_lo = wgmma::desc_lo(base + uint32_t(Cfg::kStageA));
@@ -566,7 +655,7 @@ __device__ __forceinline__ void consume_pingpong(const Args& a, const CUtensorMa
     for (int h = 0; h < 4; ++h)
       offs[h] = ti.offset(a, 64 * (h / 2) + warp * 16 + (lane >> 2) + 8 * (h % 2));
     const int positions = a.n * ti.f.p * ti.f.q;  // (split > 1: one phase, packed)
-    const int z = ti.z, nt = ti.nt, first = ti.first, last = ti.last;
+    const int z = ti.z, nt = ti.nt, first = ti.first, last = ti.last, join = ti.join;
     if (a.residual != nullptr && a.split == 1) {
       const int row_off = ti.offset(a, tid & 127);
       prefetch_residual<T, kN>(a, row_off, nt * kN);
@@ -606,6 +695,18 @@ __device__ __forceinline__ void consume_pingpong(const Args& a, const CUtensorMa
     wgmma::fence_operands(acc1);
     if (last > first && lane == 0)
       wgmma::barrier_arrive(empty + 8u * ((it + kStages - 1) % kStages));
+    if (join >= 0) {  // half of a tail tile: its rows 0-63 in part 2 join, 64-127 in the next
+      const int slot = 2 * join;
+      if (join_first(a, slot, join_words + group, group)) {
+        join_put<Cfg::kRegs>(a, slot, acc0);
+        join_put<Cfg::kRegs>(a, slot + 1, acc1);
+        join_publish(a, slot, group);
+        continue;
+      }
+      join_wait(a, slot, group);
+      join_add<Cfg::kRegs>(a, slot, acc0);
+      join_add<Cfg::kRegs>(a, slot + 1, acc1);
+    }
     float2 bias[kN / 8];
     load_bias<T, kN>(a, nt * kN + 2 * (lane & 3), bias);
     add_bias<kN>(acc0, bias);
@@ -663,7 +764,7 @@ __device__ __forceinline__ void consume_pingpong(const Args& a, const CUtensorMa
 // Requires: c a multiple of Tile::kStep, k of 8, the maps of make_maps below,
 // Tile::kSmemBytes of dynamic shared memory, any number of blocks.
 template <typename T, int kM, int kN, int kStages, bool kPingpong = false>
-__global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads, 1)
+__global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads, kN == 64 ? 2 : 1)
     fprop_tma_kernel(const __grid_constant__ CUtensorMap xmap,
                      const __grid_constant__ CUtensorMap wmap,
                      const __grid_constant__ CUtensorMap ymap, const Args a) {
@@ -689,7 +790,8 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
   __syncthreads();
 
   const int n_tiles = (a.k + kN - 1) / kN;
-  const int tiles = a.tiles * a.split;
+  const int tiles = units_of(a);
+  int* join_words = reinterpret_cast<int*>(smem_raw + (full - raw) + 16 * kStages + (kPingpong ? 16 : 0));
 
   if (tid >= Cfg::kConsumers) {  // the producer: one thread
     // (Pingpong: 40 registers a thread for the producer warpgroup, 232 for the consumers.)
@@ -739,7 +841,7 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
   if constexpr (kPingpong) {
     wgmma::claim_registers<232>();
     consume_pingpong<T, kM, kN, kStages>(
-        a, &ymap, smem_raw + (base - raw) + kStages * Cfg::kStageBytes, base, full, empty);
+        a, &ymap, smem_raw + (base - raw) + kStages * Cfg::kStageBytes, join_words, base, full, empty);
     return;
   }
 
@@ -752,7 +854,7 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     const TileAt ti = tile_at<Cfg::kStep>(a, t, n_tiles);
     const Phase& f = ti.f;
-    const int z = ti.z, nt = ti.nt, first = ti.first, last = ti.last;
+    const int z = ti.z, nt = ti.nt, first = ti.first, last = ti.last, join = ti.join;
     const auto offset = [&](int row) { return ti.offset(a, row); };
     // The residual's rows of the tile, asked of the L2 now so that the
     // epilogue does not wait for memory.
@@ -785,6 +887,16 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
     wgmma::wait<0>();
     wgmma::fence_operands(acc);
     if (last > first && lane == 0) wgmma::barrier_arrive(empty + 8u * ((it + kStages - 1) % kStages));
+    if (join >= 0) {  // half of a tail tile: the warpgroup's rows in part 2 join + group
+      const int slot = 2 * join + group;
+      if (join_first(a, slot, join_words + group, group)) {
+        join_put<Cfg::kRegs>(a, slot, acc);
+        join_publish(a, slot, group);
+        continue;
+      }
+      join_wait(a, slot, group);
+      join_add<Cfg::kRegs>(a, slot, acc);
+    }
     if constexpr (!Cfg::kStaged) add_bias<kN>(acc, bias);
 
     const int positions = a.n * f.p * f.q;  // (split > 1: one phase, packed)

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "ops/common/kernel_fit.h"
 #include "ops/conv2d/implicit_gemm.h"
@@ -37,6 +38,13 @@ int set_tiles(wgmma_fprop::Args& a) {
   return tiles;
 }
 
+// A tag for a launch's tail flags (Args::tag): never 0, which marks a free
+// slot, and a different one each launch.
+inline unsigned long long next_join_tag() {
+  static std::atomic<unsigned long long> count{0};
+  return 0x9e3779b97f4a7c15ull ^ (count.fetch_add(1, std::memory_order_relaxed) << 1);
+}
+
 // Launches the kernel, tiles of 128 positions x kN output channels (128, or
 // 64 for layers of 40 to 64), on `a` (its box and phases set) over the
 // input x (n, h, w, c NHWC) and the weight w ((k, taps * c)); false (nothing
@@ -47,6 +55,8 @@ int set_tiles(wgmma_fprop::Args& a) {
 // the other's main loop (with 4 stages, one block: 64 channels at 56x56 in
 // float16 37.7 us, against 33.2; 128 -> 64 channels at 28x28 22.0 against
 // 19.9).
+// With a.tail (the plan's tail, a.join sized for it) the tail is taken
+// again for the blocks that fit, and dropped where it would differ.
 // The pingpong kernel (kPingpong) runs one block a multiprocessor, 6 stages
 // deep in float32 and 5 in 16-bit (whose warpgroups' TMA-stored tiles take
 // 64 KB): its consumer warpgroups take turns on the main loop, so the loads
@@ -75,8 +85,15 @@ bool launch_wgmma(wgmma_fprop::Args& a, const void* x, const void* w, int h, int
         !wgmma_fprop::make_output_map<T, kM>(&ymap, a.y, a))
       return false;
   }
-  const int64_t all = int64_t(tiles) * a.split;
-  const unsigned blocks = unsigned(std::min<int64_t>(all, fit.on(device).resident_blocks()));
+  const int64_t resident = fit.on(device).resident_blocks();
+  if (a.tail > 0) {
+    const Phase& f = a.ph[0];
+    const int64_t tail = tail_tiles(tiles, resident, int64_t(f.r) * f.s * a.c / Cfg::kStep);
+    a.tail = a.split == 1 && a.phases == 1 && tail <= a.tail ? int(tail) : 0;
+    a.tag = next_join_tag();
+  }
+  const int64_t all = int64_t(tiles) * a.split + a.tail;
+  const unsigned blocks = unsigned(std::min<int64_t>(all, resident));
   kernel<<<blocks, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(xmap, wmap,
                                                                                         ymap, a);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -94,6 +111,7 @@ bool fprop_wgmma(const ConvProblem& pr) {
   wgmma_fprop::Args a{};
   a.y = pr.output, a.bias = pr.bias, a.residual = pr.residual, a.activation = pr.activation;
   a.partial = static_cast<float*>(pr.workspace), a.split = pr.split_k;
+  if (pr.split_k == 1 && pr.workspace != nullptr) a.tail = plan.tail, a.join = pr.workspace;
   a.n = pr.n, a.k = pr.k, a.c = pr.c;
   a.stride_h = pr.stride_h, a.stride_w = pr.stride_w;
   a.dilation_h = pr.dilation_h, a.dilation_w = pr.dilation_w;

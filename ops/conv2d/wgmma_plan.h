@@ -54,6 +54,25 @@ inline Box choose_box(int n, int p, int q, int stride_h, int stride_w, int rows)
   return best;
 }
 
+// The tail (implicit_gemm_wgmma.cuh): where a launch's tiles leave a last
+// round over its `blocks` resident blocks that fills at most half of them,
+// those last tiles run as two halves of their reduction each, on two blocks
+// at once, so that the last round takes half a tile's time (196 tiles of 18
+// steps on 132 multiprocessors: 27 steps a block instead of 36). Returns how
+// many tiles are so split: 0 where nothing would gain, or a tile has fewer
+// than kMinTailSteps steps to halve.
+constexpr int kMinTailSteps = 8;
+inline int64_t tail_tiles(int64_t tiles, int64_t blocks, int64_t steps) {
+  const int64_t last = blocks > 0 ? tiles % blocks : 0;
+  return tiles > blocks && last > 0 && 2 * last <= blocks && steps >= kMinTailSteps ? last : 0;
+}
+// Bytes of the halves' meeting places for `tail` tiles kN output channels
+// wide: two 16-byte flag slots and two 128-thread x kN / 2 float32 parts
+// per tile.
+inline int64_t tail_workspace_bytes(int64_t tail, int kN) {
+  return tail * (2 * 16 + 2 * int64_t(128) * (kN / 2) * 4);
+}
+
 // One sub-problem of a launch of the Hopper forward: its output positions
 // (p x q per image; offset y0 + n * sn + oh * sh + ow * sw in the output, in
 // elements), its window (r x s taps, padding) and where its taps start in the

@@ -6,7 +6,7 @@ fed by TMA on sm_90 devices): dense windows larger than 1x1 or strided, channels
 running in the profiler (implicit_gemm.h, wgmma_fprop_plan); boxes of output
 positions that do and do not divide the plane, rows of consecutive positions
 (TMA's im2col mode) across rows and images, the split-K sum with
-conv2d_fused's epilogue, a CUDA graph, and the problems the plan leaves to
+conv2d_fused's epilogue, the last round's tiles in halves, a CUDA graph, and the problems the plan leaves to
 the other kernels. Skipped on other devices, where the sm80-style kernels
 (test_conv2d_implicit_gemm.py) run these cases."""
 
@@ -414,3 +414,61 @@ def test_hopper_forward_pingpong(layer, dtype, gen, seed):
     check(got, x, w, b, stride, pad, 1, dtype, ctx, r, activation or "identity",
           tol=TOL if dtype == torch.float32 else TOL16)
     assert ran is not False, ctx
+
+
+# The tail (wgmma_plan.h's tail_tiles): where the tiles leave a last round
+# over the resident blocks that fills at most half of them, those tiles run
+# as two halves of their reduction on two blocks at once, and the second to
+# finish adds the first's float32 sums to its own. Tile counts on the H100's
+# and H200's 132 multiprocessors: ResNet-50's 128-channel 3x3 layer (196
+# tiles, 64 of them split: the cooperative kernel in 16-bit, the pingpong one
+# in float32), 64-wide tiles two blocks a multiprocessor (336 of 264 blocks),
+# a 2x2 stride-2 window (168; in 16-bit the pingpong kernel, its tiles stored
+# by TMA), with and without the fused epilogue. The sum is the same whichever
+# half arrives first: two calls agree bit for bit, and a CUDA graph's replays
+# reuse the halves' flags.
+TAIL_LAYERS = {
+    # name: (n, c, k, size, kernel, stride, activation, residual)
+    "3x3-128ch-28x28": (32, 128, 128, 28, 3, 1, None, False),
+    "3x3-128ch-28x28-relu-residual": (32, 128, 128, 28, 3, 1, "relu", True),
+    "3x3-128-to-64ch-28x28": (48, 128, 64, 28, 3, 1, None, False),
+    "3x3-128-to-64ch-silu-residual": (48, 128, 64, 28, 3, 1, "silu", True),
+    "2x2-s2-128ch-56x56": (24, 128, 128, 56, 2, 2, None, False),
+    "2x2-s2-128ch-56x56-gelu": (24, 128, 128, 56, 2, 2, "gelu", False),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, *WIDE.values()], ids=["f32", *WIDE])
+@pytest.mark.parametrize("layer", list(TAIL_LAYERS))
+def test_hopper_forward_tail_tiles_in_halves(layer, dtype, gen, seed):
+    n, c, k, size, kernel, stride, activation, residual = TAIL_LAYERS[layer]
+    pad = (kernel - 1) // 2
+    x = make_tensor((n, c, size, size), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((k, c, kernel, kernel), dtype, "cuda", "channels_last", gen)
+    b = make_tensor((k,), dtype, "cuda", gen=gen)
+    out = (size + 2 * pad - kernel) // stride + 1
+    r = make_tensor((n, k, out, out), dtype, "cuda", "channels_last", gen) if residual else None
+    if activation is None:
+        call = lambda: ops.conv2d(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1)  # noqa: E731
+    else:
+        call = lambda: ops.conv2d_fused(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1, activation, r)  # noqa: E731
+    got, ran = run_with_tf32(call)
+    ctx = f"seed={seed} {layer} {dtype}"
+    assert ran is not False, ctx
+    tol = TOL if dtype == torch.float32 else TOL16
+    check(got, x, w, b, stride, pad, 1, dtype, ctx, r, activation or "identity", tol=tol)
+    again, _ = run_with_tf32(call)
+    assert torch.equal(got, again), ctx
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        inputs = [x, w] if r is None else [x, w, r]
+        (replayed,), graph = capture_and_replay(lambda: (call(),), inputs, gen)
+        check(replayed, x, w, b, stride, pad, 1, dtype, ctx + " graph", r, activation or "identity", tol=tol)
+        x.copy_(make_tensor(x.shape, dtype, "cuda", gen=gen))  # new sums for the halves to meet on
+        graph.replay()
+        torch.cuda.synchronize()
+        check(replayed, x, w, b, stride, pad, 1, dtype, ctx + " graph again", r, activation or "identity",
+              tol=tol)
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
