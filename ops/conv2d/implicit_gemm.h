@@ -261,6 +261,11 @@ bool fprop_wgmma_bf16(const ConvProblem& problem);
 // boxes -> rows: 1024 channels at 14x14 460 -> 370 (cuDNN 358), 512 at
 // 28x28 442 -> 401 (281), 256 at 56x56 479 -> 428 (282). Where both take
 // one round (ResNet-50's layers at N=32) the boxes measured 1-3 us faster.
+// Where the last round of tiles fills at most half the resident blocks and
+// a tile's reduction has 32 steps or more, its tiles run in two halves of
+// their reduction on two blocks (`tail`, wgmma_plan.h's tail_tiles): H200,
+// float32, 128 channels at 28x28 34.1 -> 32.7 us, 256 at 14x14 with N=48
+// 55.4 -> 47.8 (cuDNN 32.8 and 43.3).
 struct WgmmaPlan {
   bool take;
   int split;
@@ -295,18 +300,22 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   const int64_t k_tiles = (pr.k + cols - 1) / cols, sms = pr.multiprocessors;
   const int64_t box_tiles = box.tiles() * k_tiles;
   const int64_t im2col_tiles = (int64_t(pr.n) * pr.p * pr.q + 127) / 128 * k_tiles;
-  // Rows of positions without the boxes' empty rows, where that saves a round
-  // of tiles over the multiprocessors.
-  im2col = im2col && (im2col_tiles + sms - 1) / sms < (box_tiles + sms - 1) / sms;
+  // The 64-wide tiles run two blocks a multiprocessor, the 128-wide ones one.
+  const int64_t blocks = sms * (cols == 64 ? 2 : 1);
+  const int64_t steps = int64_t(pr.r) * pr.s * pr.c / (128 / element_size);
+  // Rows of positions without the boxes' empty rows, where that takes less
+  // time over the resident blocks, a last round in halves (the tail) counted
+  // as half a round: ResNet-50's 128-channel 3x3 layers at N=32 have 224
+  // boxes (two rounds on 132 multiprocessors) and, in float32 (36 steps,
+  // long enough for the tail), 196 rows of positions (a round and a half).
+  im2col = im2col && half_rounds(im2col_tiles, blocks, steps) < half_rounds(box_tiles, blocks, steps);
   const int64_t tiles = im2col ? im2col_tiles : box_tiles;
   const bool split = 2 * tiles <= pr.multiprocessors;
   if (wide && split) return {false, 1, {}, false};
   // 16-bit: the pingpong kernel for short reductions (at most 8 steps: the
   // strided 1x1 layers of up to 512 input channels) without a residual.
   const bool short_reduction = int64_t(pr.r) * pr.s * pr.c <= 8 * 64;
-  // The 64-wide tiles run two blocks a multiprocessor, the 128-wide ones one.
-  const int64_t steps = int64_t(pr.r) * pr.s * pr.c / (128 / element_size);
-  const int tail = split ? 0 : int(tail_tiles(tiles, sms * (cols == 64 ? 2 : 1), steps));
+  const int tail = split ? 0 : int(tail_tiles(tiles, blocks, steps));
   return {true, split ? 2 : 1, box, im2col, cols,
           cols == 128 && tiles > sms && (!wide || (short_reduction && pr.residual == nullptr)), tail};
 }

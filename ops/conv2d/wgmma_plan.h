@@ -57,14 +57,28 @@ inline Box choose_box(int n, int p, int q, int stride_h, int stride_w, int rows)
 // The tail (implicit_gemm_wgmma.cuh): where a launch's tiles leave a last
 // round over its `blocks` resident blocks that fills at most half of them,
 // those last tiles run as two halves of their reduction each, on two blocks
-// at once, so that the last round takes half a tile's time (196 tiles of 18
-// steps on 132 multiprocessors: 27 steps a block instead of 36). Returns how
-// many tiles are so split: 0 where nothing would gain, or a tile has fewer
-// than kMinTailSteps steps to halve.
-constexpr int kMinTailSteps = 8;
+// at once, so that the last round takes about half a tile's time (196 tiles
+// of 36 steps on 132 multiprocessors: 54 steps a block instead of 72).
+// Returns how many tiles are so split: 0 where nothing would gain, or a
+// tile has fewer than kMinTailSteps steps to halve. The halves' meeting costs
+// 1-2.5 us (a tile's float32 sums written and read back through the L2), so
+// short reductions lose by it (H200, N=32, channels_last, us, rows of
+// positions without / with the tail: 128 channels 3x3 at 28x28, 18 steps of
+// 64 16-bit channels, 24.2 / 25.3; 36 steps of 32 float32 ones, 35.3 / 32.7;
+// 256 channels 3x3 at 14x14, N=48, float32 (72 steps) 55.2 / 47.8, float16
+// (36) 34.2 / 32.6; a 2x2 stride-2 window of 128 channels in float16 (8
+// steps) 17.2 / 19.6).
+constexpr int kMinTailSteps = 32;
 inline int64_t tail_tiles(int64_t tiles, int64_t blocks, int64_t steps) {
   const int64_t last = blocks > 0 ? tiles % blocks : 0;
   return tiles > blocks && last > 0 && 2 * last <= blocks && steps >= kMinTailSteps ? last : 0;
+}
+// A launch's time in half tiles' time: two a round of tiles over the
+// resident blocks, one for a last round run in halves (the tail).
+inline int64_t half_rounds(int64_t tiles, int64_t blocks, int64_t steps) {
+  const int64_t whole = 2 * (tiles / blocks);
+  if (tiles % blocks == 0) return whole;
+  return whole + (tail_tiles(tiles, blocks, steps) > 0 ? 1 : 2);
 }
 // Bytes of the halves' meeting places for `tail` tiles kN output channels
 // wide: two 16-byte flag slots and two 128-thread x kN / 2 float32 parts

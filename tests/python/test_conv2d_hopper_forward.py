@@ -417,24 +417,26 @@ def test_hopper_forward_pingpong(layer, dtype, gen, seed):
 
 
 # The tail (wgmma_plan.h's tail_tiles): where the tiles leave a last round
-# over the resident blocks that fills at most half of them, those tiles run
-# as two halves of their reduction on two blocks at once, and the second to
-# finish adds the first's float32 sums to its own. Tile counts on the H100's
-# and H200's 132 multiprocessors: ResNet-50's 128-channel 3x3 layer (196
-# tiles, 64 of them split: the cooperative kernel in 16-bit, the pingpong one
-# in float32), 64-wide tiles two blocks a multiprocessor (336 of 264 blocks),
-# a 2x2 stride-2 window (168; in 16-bit the pingpong kernel, its tiles stored
-# by TMA), with and without the fused epilogue. The sum is the same whichever
-# half arrives first: two calls agree bit for bit, and a CUDA graph's replays
-# reuse the halves' flags.
+# over the resident blocks that fills at most half of them, and a tile's
+# reduction has 32 steps or more, those tiles run as two halves of their
+# reduction on two blocks at once, and the second to finish adds the
+# first's float32 sums to its own. Tile counts on the H100's and H200's 132
+# multiprocessors: 256 channels 3x3 at 14x14 with N=48 (192 boxes, 60 of
+# them split: the cooperative kernel in 16-bit, the pingpong one in
+# float32), 256 -> 64 channels on 64-wide tiles two blocks a multiprocessor
+# (336 boxes over 264 blocks), ResNet-50's 128-channel 3x3 layer (196 rows
+# of positions; 36 steps in float32 only, so 16-bit runs it whole), with and
+# without the fused epilogue. The sum is the same whichever half arrives
+# first: two calls agree bit for bit, and a CUDA graph's replays reuse the
+# halves' flags.
 TAIL_LAYERS = {
     # name: (n, c, k, size, kernel, stride, activation, residual)
+    "3x3-256ch-14x14": (48, 256, 256, 14, 3, 1, None, False),
+    "3x3-256ch-14x14-relu-residual": (48, 256, 256, 14, 3, 1, "relu", True),
+    "3x3-256-to-64ch-28x28": (48, 256, 64, 28, 3, 1, None, False),
+    "3x3-256-to-64ch-silu-residual": (48, 256, 64, 28, 3, 1, "silu", True),
     "3x3-128ch-28x28": (32, 128, 128, 28, 3, 1, None, False),
-    "3x3-128ch-28x28-relu-residual": (32, 128, 128, 28, 3, 1, "relu", True),
-    "3x3-128-to-64ch-28x28": (48, 128, 64, 28, 3, 1, None, False),
-    "3x3-128-to-64ch-silu-residual": (48, 128, 64, 28, 3, 1, "silu", True),
-    "2x2-s2-128ch-56x56": (24, 128, 128, 56, 2, 2, None, False),
-    "2x2-s2-128ch-56x56-gelu": (24, 128, 128, 56, 2, 2, "gelu", False),
+    "3x3-128ch-28x28-gelu-residual": (32, 128, 128, 28, 3, 1, "gelu", True),
 }
 
 
