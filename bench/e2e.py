@@ -754,9 +754,9 @@ def markdown(meta: dict, inf: List[dict], train: List[dict], demo: List[dict],
               f"{demo[0]['iters']} requests on `T` threads at once (on CUDA each thread on its "
               "own stream) and checks every output against eager PyTorch's. Latency per request "
               "in ms; throughput in requests/s as the demo measures it (requests over the wall "
-              "time of the serving threads, after its untimed warm-up requests; images/s = "
-              "requests/s x N), and in brackets T / p50 (the steady-state rate with T requests "
-              "always in flight).", "",
+              "time of the serving threads, from when each has run an untimed warm-up request "
+              "of its own; images/s = requests/s x N), and in brackets T / p50 (the "
+              "steady-state rate with T requests always in flight).", "",
               "| model | device | N | dtype | layout | T | unconverted p50 / p90 / p99 | "
               "fused p50 / p90 / p99 | unconverted req/s (T/p50) | fused req/s (T/p50) | "
               "fused/unconverted (T/p50) |",

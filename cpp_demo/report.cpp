@@ -62,7 +62,8 @@ void print_summary(const Summary& summary, const Options& options, int64_t threa
                    size_t outputs) {
   std::ostringstream requests;
   requests << summary.latencies_ms.size() << " of " << options.iters << " on "
-           << count_of(threads, "thread") << ", after " << kWarmUpRequests << " untimed warm-up requests";
+           << count_of(threads, "thread") << ", after " << kWarmUpRequests
+           << " untimed warm-up requests and one more on each thread";
   print_row("requests", requests.str());
 
   std::ostringstream checked;

@@ -70,10 +70,20 @@ namespace {
 
 // A serving thread: takes requests until all N are taken (or a thread failed).
 // Never throws: an exception is reported and stops the other threads.
-void serve_requests(Server& server, int64_t thread_index, ThreadReport& report) noexcept {
+void serve_requests(Server& server, StartLine& start_line, int64_t thread_index,
+                    ThreadReport& report) noexcept {
+  bool arrived = false;
   try {
     c10::InferenceMode inference_mode;
     const RequestStream stream(server.device);
+    record_comparison(
+        compare_outputs(run_request(server.model, server.inputs, stream), server.expected,
+                        server.tolerance),
+        "warm-up request (thread " + std::to_string(thread_index) + ")", report);
+    arrived = true;
+    if (!start_line.arrive_and_wait(server.stop)) {
+      return;
+    }
     while (!server.stop.load()) {
       const int64_t request = server.next_request.fetch_add(1);
       if (request >= server.iters) {
@@ -95,22 +105,42 @@ void serve_requests(Server& server, int64_t thread_index, ThreadReport& report) 
     report.error = "unknown exception";
     server.stop.store(true);
   }
+  if (!arrived) {
+    start_line.release();  // the others stop waiting for this thread
+  }
 }
 
 }  // namespace
+
+bool StartLine::arrive_and_wait(const std::atomic<bool>& stop) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (--waiting_ == 0) {
+    start_ = Clock::now();
+    all_there_.notify_all();
+    return true;
+  }
+  all_there_.wait(lock, [&] { return waiting_ == 0 || stop.load(); });
+  return waiting_ == 0;
+}
+
+void StartLine::release() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  all_there_.notify_all();
+}
 
 ServingResult serve_concurrently(Server& server, int64_t threads) {
   std::vector<ThreadReport> reports(static_cast<size_t>(threads));
   std::vector<std::thread> workers;
   workers.reserve(reports.size());
-  const auto start = Clock::now();
+  StartLine start_line(threads);
   try {
     for (int64_t i = 0; i < threads; ++i) {
-      workers.emplace_back(serve_requests, std::ref(server), i,
+      workers.emplace_back(serve_requests, std::ref(server), std::ref(start_line), i,
                            std::ref(reports[static_cast<size_t>(i)]));
     }
   } catch (...) {  // a thread could not start: stop and join those that did
     server.stop.store(true);
+    start_line.release();
     for (auto& worker : workers) {
       worker.join();
     }
@@ -119,8 +149,8 @@ ServingResult serve_concurrently(Server& server, int64_t threads) {
   for (auto& worker : workers) {
     worker.join();
   }
-  const std::chrono::duration<double> wall = Clock::now() - start;
-  return {std::move(reports), wall.count()};
+  const std::chrono::duration<double> wall = Clock::now() - start_line.start();
+  return {std::move(reports), server.stop.load() ? 0.0 : wall.count()};
 }
 
 torch::IValue warm_up(Model& model, const std::vector<torch::IValue>& inputs,

@@ -5,7 +5,10 @@
 #include <torch/script.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,6 +17,28 @@
 #include "options.h"
 
 namespace customconv_demo {
+
+// Where the serving threads wait for each other once each has run its own
+// untimed warm-up request, so that the clock starts on all of them at once.
+// A thread's first request pays for what the runtime sets up per thread
+// (on CUDA, the libraries' handles and their plans: seconds for some
+// scripted models), which a server pays once, at start, not per request.
+class StartLine {
+ public:
+  explicit StartLine(int64_t threads) : waiting_(threads) {}
+  // Arrives, and waits until every thread has arrived or `stop` is set;
+  // false where it was stopped.
+  bool arrive_and_wait(const std::atomic<bool>& stop);
+  // Wakes the waiting threads (after `stop` was set).
+  void release();
+  std::chrono::steady_clock::time_point start() const { return start_; }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable all_there_;
+  int64_t waiting_;
+  std::chrono::steady_clock::time_point start_{};
+};
 
 // What the threads share; the model is only read (TorchScript modules and
 // AOTInductor packages may run concurrently).
@@ -46,7 +71,9 @@ struct ServingResult {
   double wall_seconds = 0;
 };
 
-// Serves all requests on `threads` threads at once.
+// Serves all requests on `threads` threads at once, each thread first running
+// one untimed warm-up request of its own; the wall time runs from when all of
+// them are warm.
 ServingResult serve_concurrently(Server& server, int64_t threads);
 
 // The untimed warm-up requests, on this thread (TorchScript's profiling
