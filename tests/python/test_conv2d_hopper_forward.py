@@ -74,6 +74,21 @@ def check(got, x, w, b, stride, padding, dilation, dtype, ctx, residual=None, ac
     assert (err <= 1e-5).all(), (ctx, float(err.max()))
 
 
+def square_layer(n, c, k, size, kernel, stride, pad, activation, residual, bias, dtype, gen):
+    """A square layer's channels_last operands (x, w, b or None, residual or None) and the call of
+    conv2d (activation None) or conv2d_fused on them."""
+    x = make_tensor((n, c, size, size), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((k, c, kernel, kernel), dtype, "cuda", "channels_last", gen)
+    b = make_tensor((k,), dtype, "cuda", gen=gen) if bias else None
+    out = (size + 2 * pad - kernel) // stride + 1
+    r = make_tensor((n, k, out, out), dtype, "cuda", "channels_last", gen) if residual else None
+    if activation is None:
+        call = lambda: ops.conv2d(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1)  # noqa: E731
+    else:
+        call = lambda: ops.conv2d_fused(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1, activation, r)  # noqa: E731
+    return x, w, b, r, call
+
+
 @pytest.mark.parametrize("idx", range(32))
 def test_hopper_forward_matches_torch_on_random_configs(idx, rng, gen, seed):
     # Windows up to 7x7 (never 1x1), strides, paddings and dilations per
@@ -354,12 +369,8 @@ SMALL_LAYERS = {
 def test_hopper_forward_epilogues_small(layer, dtype, gen, seed):
     n, c, k, size, kernel, stride, activation, residual = SMALL_LAYERS[layer]
     pad = kernel // 2
-    x = make_tensor((n, c, size, size), dtype, "cuda", "channels_last", gen)
-    w = make_tensor((k, c, kernel, kernel), dtype, "cuda", "channels_last", gen)
-    b = make_tensor((k,), dtype, "cuda", gen=gen)
-    out = (size + 2 * pad - kernel) // stride + 1
-    r = make_tensor((n, k, out, out), dtype, "cuda", "channels_last", gen) if residual else None
-    got, ran = run_with_tf32(lambda: ops.conv2d_fused(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1, activation, r))
+    x, w, b, r, call = square_layer(n, c, k, size, kernel, stride, pad, activation, residual, True, dtype, gen)
+    got, ran = run_with_tf32(call)
     ctx = f"seed={seed} {dtype} {layer}"
     check(got, x, w, b, stride, pad, 1, dtype, ctx, r, activation, tol=TOL if dtype == torch.float32 else TOL16)
     assert ran is not False, ctx
@@ -387,6 +398,8 @@ PINGPONG_LAYERS = {
     "3x3-s2-hardswish-residual": (11, 256, 256, 56, 3, 2, "hardswish", True, True),  # 136
     "3x3-s2-sigmoid": (11, 256, 256, 56, 3, 2, "sigmoid", False, True),  # 136
 }
+
+
 PINGPONG_CASES = [(layer, dtype) for layer, (_, c, *_rest) in PINGPONG_LAYERS.items()
                   for dtype in (torch.float32, torch.float16, torch.bfloat16)
                   if dtype == torch.float32 or c % 64 == 0]
@@ -398,15 +411,7 @@ KERNEL_NAME = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: 
 def test_hopper_forward_pingpong(layer, dtype, gen, seed):
     n, c, k, size, kernel, stride, activation, residual, bias = PINGPONG_LAYERS[layer]
     pad = kernel // 2
-    x = make_tensor((n, c, size, size), dtype, "cuda", "channels_last", gen)
-    w = make_tensor((k, c, kernel, kernel), dtype, "cuda", "channels_last", gen)
-    b = make_tensor((k,), dtype, "cuda", gen=gen) if bias else None
-    out = (size + 2 * pad - kernel) // stride + 1
-    r = make_tensor((n, k, out, out), dtype, "cuda", "channels_last", gen) if residual else None
-    if activation is None:
-        call = lambda: ops.conv2d(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1)  # noqa: E731
-    else:
-        call = lambda: ops.conv2d_fused(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1, activation, r)  # noqa: E731
+    x, w, b, r, call = square_layer(n, c, k, size, kernel, stride, pad, activation, residual, bias, dtype, gen)
     pingpong = dtype == torch.float32 or (not residual and kernel * kernel * c <= 8 * 64)
     kernel_name = rf"fprop_tma_kernel<{KERNEL_NAME[dtype]}, 128, 128, \d+, {str(pingpong).lower()}>"
     got, ran = run_with_tf32(call, kernel=kernel_name)
@@ -444,16 +449,8 @@ TAIL_LAYERS = {
 @pytest.mark.parametrize("layer", list(TAIL_LAYERS))
 def test_hopper_forward_tail_tiles_in_halves(layer, dtype, gen, seed):
     n, c, k, size, kernel, stride, activation, residual = TAIL_LAYERS[layer]
-    pad = (kernel - 1) // 2
-    x = make_tensor((n, c, size, size), dtype, "cuda", "channels_last", gen)
-    w = make_tensor((k, c, kernel, kernel), dtype, "cuda", "channels_last", gen)
-    b = make_tensor((k,), dtype, "cuda", gen=gen)
-    out = (size + 2 * pad - kernel) // stride + 1
-    r = make_tensor((n, k, out, out), dtype, "cuda", "channels_last", gen) if residual else None
-    if activation is None:
-        call = lambda: ops.conv2d(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1)  # noqa: E731
-    else:
-        call = lambda: ops.conv2d_fused(x, w, b, [stride] * 2, [pad] * 2, [1, 1], 1, activation, r)  # noqa: E731
+    pad = kernel // 2
+    x, w, b, r, call = square_layer(n, c, k, size, kernel, stride, pad, activation, residual, True, dtype, gen)
     got, ran = run_with_tf32(call)
     ctx = f"seed={seed} {layer} {dtype}"
     assert ran is not False, ctx
