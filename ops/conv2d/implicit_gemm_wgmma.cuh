@@ -46,6 +46,13 @@
 // float32 tiles are stored from registers; its 16-bit ones (no residual) go
 // through shared memory and out by TMA stores (tile_to_smem).
 //
+// Where the last round of tiles over the resident blocks fills at most half
+// of them (Args::tail, wgmma_plan.h's tail_tiles), those tiles run as two
+// halves of their reduction, units of their own after the whole tiles, and
+// the halves' consumer warpgroups meet through a flag and float32 sums in
+// global memory (join_first and after), so that the second to finish stores
+// the tile.
+//
 // A launch may hold up to kMaxPhases sub-problems (Phase, wgmma_plan.h) that
 // share the input, the weight's tensor map and the box: each its own output
 // extent, window, padding, first weight column and output addressing, its
