@@ -56,49 +56,42 @@ TEST(WgmmaPlanTest, WorkspaceHoldsFlagsAndEveryPartOfEveryTailTile) {
   EXPECT_EQ(tail_workspace_bytes(72, 64), 72 * (32 + 2 * 128 * 32 * 4));
 }
 
-TEST(WgmmaPlanTest, ResNetsFloat32HundredTwentyEightChannelLayerTakesRowsAndTheTail) {
-  // 36 steps of 32 channels: rows of positions (196 tiles, a round and a half)
-  // rather than boxes (224, two rounds); the pingpong kernel.
-  const WgmmaPlan plan = wgmma_fprop_plan(layer(32, 128, 28, 128, 3, 1), 4);
-  ASSERT_TRUE(plan.take);
-  EXPECT_TRUE(plan.im2col);
-  EXPECT_EQ(plan.tail, 64);
-  EXPECT_TRUE(plan.pingpong);
-  EXPECT_EQ(plan.split, 1);
-}
+// What the plan decides for a layer and element size.
+struct Expected {
+  const char* name;
+  ConvProblem problem;
+  int element_size;
+  bool im2col;
+  int tail, split, cols;
+  bool pingpong;
+};
 
-TEST(WgmmaPlanTest, ResNets16BitHundredTwentyEightChannelLayerKeepsBoxesWhole) {
-  // 18 steps of 64 channels: too short for the tail, so the boxes stay.
-  const WgmmaPlan plan = wgmma_fprop_plan(layer(32, 128, 28, 128, 3, 1), 2);
-  ASSERT_TRUE(plan.take);
-  EXPECT_FALSE(plan.im2col);
-  EXPECT_EQ(plan.tail, 0);
-  EXPECT_FALSE(plan.pingpong);
-}
-
-TEST(WgmmaPlanTest, TailTestLayersTakeTheTail) {
-  // 256 channels at 14x14, N=48: 192 boxes of 98 positions, 60 in halves.
-  for (int element_size : {2, 4}) {
-    const WgmmaPlan plan = wgmma_fprop_plan(layer(48, 256, 14, 256, 3, 1), element_size);
-    ASSERT_TRUE(plan.take) << element_size;
-    EXPECT_FALSE(plan.im2col) << element_size;
-    EXPECT_EQ(plan.tail, 60) << element_size;
+TEST(WgmmaPlanTest, LayersTheGpuTestsRelyOn) {
+  const Expected cases[] = {
+      // ResNet-50's 128-channel 3x3 layer in float32 (36 steps of 32 channels):
+      // rows of positions (196 tiles, a round and a half) rather than boxes
+      // (224, two rounds), 64 of them in halves, on the pingpong kernel.
+      {"resnet 128ch float32", layer(32, 128, 28, 128, 3, 1), 4, true, 64, 1, 128, true},
+      // In 16-bit (18 steps of 64), too short for the tail: the boxes stay.
+      {"resnet 128ch 16-bit", layer(32, 128, 28, 128, 3, 1), 2, false, 0, 1, 128, false},
+      // The tail test's 256 channels at 14x14, N=48: 192 boxes, 60 in halves.
+      {"256ch 14x14 16-bit", layer(48, 256, 14, 256, 3, 1), 2, false, 60, 1, 128, false},
+      {"256ch 14x14 float32", layer(48, 256, 14, 256, 3, 1), 4, false, 60, 1, 128, true},
+      // 256 -> 64 channels at 28x28, N=48: 64-wide tiles, 336 boxes over 264 blocks.
+      {"256->64ch 16-bit", layer(48, 256, 28, 64, 3, 1), 2, false, 72, 1, 64, false},
+      {"256->64ch float32", layer(48, 256, 28, 64, 3, 1), 4, false, 72, 1, 64, false},
+      // 512 channels at 7x7, N=32, float32: 64 boxes, the reduction split in two, no tail.
+      {"512ch 7x7 float32", layer(32, 512, 7, 512, 3, 1), 4, false, 0, 2, 128, false},
+  };
+  for (const Expected& e : cases) {
+    const WgmmaPlan plan = wgmma_fprop_plan(e.problem, e.element_size);
+    ASSERT_TRUE(plan.take) << e.name;
+    EXPECT_EQ(plan.im2col, e.im2col) << e.name;
+    EXPECT_EQ(plan.tail, e.tail) << e.name;
+    EXPECT_EQ(plan.split, e.split) << e.name;
+    EXPECT_EQ(plan.cols, e.cols) << e.name;
+    EXPECT_EQ(plan.pingpong, e.pingpong) << e.name;
   }
-  // 256 -> 64 channels at 28x28, N=48: 64-wide tiles, 336 boxes over 264 blocks.
-  for (int element_size : {2, 4}) {
-    const WgmmaPlan plan = wgmma_fprop_plan(layer(48, 256, 28, 64, 3, 1), element_size);
-    ASSERT_TRUE(plan.take) << element_size;
-    EXPECT_EQ(plan.cols, 64) << element_size;
-    EXPECT_EQ(plan.tail, 72) << element_size;
-  }
-}
-
-TEST(WgmmaPlanTest, SplitReductionsTakeNoTail) {
-  // 512 channels at 7x7, N=32 in float32: 64 boxes, the reduction split in two.
-  const WgmmaPlan plan = wgmma_fprop_plan(layer(32, 512, 7, 512, 3, 1), 4);
-  ASSERT_TRUE(plan.take);
-  EXPECT_EQ(plan.split, 2);
-  EXPECT_EQ(plan.tail, 0);
 }
 
 }  // namespace
