@@ -364,7 +364,7 @@ bool fprop_sm90(const at::Tensor& input, const implicit_gemm::ConvProblem& probl
     partial = at::empty({pr.split_k, out.numel()}, input.options().dtype(at::kFloat));
     pr.workspace = partial.mutable_data_ptr();
   } else if (plan.tail > 0) {
-    partial = at::empty({implicit_gemm::tail_workspace_bytes(plan.tail, plan.cols)},
+    partial = at::empty({implicit_gemm::tail_workspace_bytes(plan.tail, plan.cols, plan.rows)},
                         input.options().dtype(at::kByte));
     pr.workspace = partial.mutable_data_ptr();
   }

@@ -280,6 +280,10 @@ struct WgmmaPlan {
   // (wgmma_plan.h's tail_tiles; split 1), their meeting places in the
   // problem's workspace (tail_workspace_bytes).
   int tail = 0;
+  // Output positions a tile: 128, or (16-bit, 128-wide tiles of the
+  // cooperative kernel, rows of positions) 192 on three consumer warpgroups,
+  // where fewer rounds of them take less time.
+  int rows = 128;
 };
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   const bool wide = element_size == 2;  // 16-bit: 64 channels a step
@@ -293,9 +297,9 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   // im2col's window corners are 8-bit, its tap offsets 8-bit unsigned.
   const auto in8 = [](int v) { return v >= -128 && v <= 127; };
   const int span_h = (pr.r - 1) * pr.dilation_h, span_w = (pr.s - 1) * pr.dilation_w;
-  bool im2col = in8(-pr.pad_h) && in8(-pr.pad_w) && in8(pr.pad_h - span_h) &&
-                in8(pr.pad_w - span_w) && span_h <= 255 && span_w <= 255 &&
-                int64_t(pr.n) * pr.p * pr.q < (int64_t(1) << 30);
+  const bool im2col_ok = in8(-pr.pad_h) && in8(-pr.pad_w) && in8(pr.pad_h - span_h) &&
+                         in8(pr.pad_w - span_w) && span_h <= 255 && span_w <= 255 &&
+                         int64_t(pr.n) * pr.p * pr.q < (int64_t(1) << 30);
   const Box box = choose_box(pr.n, pr.p, pr.q, pr.stride_h, pr.stride_w, 128);
   const int64_t k_tiles = (pr.k + cols - 1) / cols, sms = pr.multiprocessors;
   const int64_t box_tiles = box.tiles() * k_tiles;
@@ -308,16 +312,31 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   // as half a round: ResNet-50's 128-channel 3x3 layers at N=32 have 224
   // boxes (two rounds on 132 multiprocessors) and, in float32 (36 steps,
   // long enough for the tail), 196 rows of positions (a round and a half).
-  im2col = im2col && half_rounds(im2col_tiles, blocks, steps) < half_rounds(box_tiles, blocks, steps);
-  const int64_t tiles = im2col ? im2col_tiles : box_tiles;
+  bool im2col =
+      im2col_ok && half_rounds(im2col_tiles, blocks, steps) < half_rounds(box_tiles, blocks, steps);
+  int64_t tiles = im2col ? im2col_tiles : box_tiles;
   const bool split = 2 * tiles <= pr.multiprocessors;
   if (wide && split) return {false, 1, {}, false};
   // 16-bit: the pingpong kernel for short reductions (at most 8 steps: the
   // strided 1x1 layers of up to 512 input channels) without a residual.
   const bool short_reduction = int64_t(pr.r) * pr.s * pr.c <= 8 * 64;
+  const bool pingpong =
+      cols == 128 && tiles > sms && (!wide || (short_reduction && pr.residual == nullptr));
+  // 16-bit cooperative 128-wide tiles: 192 rows of positions where their
+  // rounds, each 1.5 times as long, take less time (ResNet-50's 128-channel
+  // 3x3 layers at N=32: 131 such tiles, one round, against 196 or 224 of 128
+  // rows, two); a tile of M rows x 128 channels reads (M + 128) x 128 bytes a
+  // step for 2 x M x 128 x 64 FLOPs, so 192 rows read 15% fewer bytes of the
+  // L2 a FLOP, which bounds those layers (bench/NOTES.md).
+  int rows = 128;
+  if (wide && cols == 128 && !pingpong && im2col_ok) {
+    const int64_t tiles192 = (int64_t(pr.n) * pr.p * pr.q + 191) / 192 * k_tiles;
+    if (3 * half_rounds(tiles192, sms, steps) < 2 * half_rounds(tiles, sms, steps)) {
+      rows = 192, im2col = true, tiles = tiles192;
+    }
+  }
   const int tail = split ? 0 : int(tail_tiles(tiles, blocks, steps));
-  return {true, split ? 2 : 1, box, im2col, cols,
-          cols == 128 && tiles > sms && (!wide || (short_reduction && pr.residual == nullptr)), tail};
+  return {true, split ? 2 : 1, box, im2col, cols, pingpong, tail, rows};
 }
 
 // The input gradient of a strided layer (float32 as TF32, float16, bfloat16)

@@ -22,7 +22,7 @@
 // images (Args::im2col): TMA's im2col mode loads the kM window corners'
 // pixels for a tap (the tap as the load's offsets), zeros outside the image.
 //
-// Block: kM / 64 consumer warpgroups and one producer warp after them. The
+// Block: kM / 64 consumer warpgroups (one to three) and one producer warp after them. The
 // producer's lane 0 walks the block's tiles (t = blockIdx.x,
 // then strided by the grid, output-channel tile fastest) and their steps:
 // waits for a stage to be empty, announces its bytes on the stage's "full"
@@ -232,7 +232,10 @@ struct Tile {
   static constexpr int kRegs = kN / 2;
   static_assert(!kPingpong || (kM == 128 && kN == 128), "pingpong: tiles of 128 x 128 (consume_pingpong)");
   static_assert(kN == 128 || kN == 64, "the instructions are m64 x 128 or m64 x 64 (wgmma.cuh)");
-  static_assert(kM == 64 || kM == 128, "one or two consumer warpgroups");
+  static_assert(kM == 64 || kM == 128 || kM == 192, "one to three consumer warpgroups");
+  // The tail's parts of a tile (join_part): a consumer warpgroup's 64 rows
+  // each, or (pingpong) a warpgroup's two 64-row blocks.
+  static constexpr int kParts = kPingpong ? 2 : kM / 64;
 };
 
 __device__ __forceinline__ void expect_bytes(uint32_t bar, uint32_t bytes) {
@@ -437,14 +440,15 @@ __device__ __forceinline__ void warpgroup_sync(int group) {
 // two halves the sum is the same whichever arrives first. The flags hold the
 // launch's tag while in use and are cleared by the second, so that the next
 // launch on the same memory (a CUDA graph replayed) starts clean.
-// Slot s: flags at join + 16 s; part p (a warpgroup's kRegs accumulators a
-// thread) after the tail's 2 * tail slots.
+// Slot s (kJoinSlots a tail tile: one a consumer warpgroup, or one a tile
+// in the pingpong kernel): flags at join + 16 s; part p (a warpgroup's
+// kRegs accumulators a thread for 64 rows) after the tail's slots.
 __device__ __forceinline__ unsigned long long* join_flags(const Args& a, int slot) {
   return static_cast<unsigned long long*>(a.join) + 2 * slot;
 }
 template <int kRegs>
 __device__ __forceinline__ float4* join_part(const Args& a, int part) {
-  return reinterpret_cast<float4*>(static_cast<char*>(a.join) + int64_t(a.tail) * 2 * 16) +
+  return reinterpret_cast<float4*>(static_cast<char*>(a.join) + int64_t(a.tail) * kJoinSlots * 16) +
          int64_t(part) * 128 * (kRegs / 4) + (threadIdx.x & 127);
 }
 __device__ __forceinline__ bool join_first(const Args& a, int slot, volatile int* word, int group) {
@@ -703,16 +707,16 @@ __device__ __forceinline__ void consume_pingpong(const Args& a, const CUtensorMa
     if (last > first && lane == 0)
       wgmma::barrier_arrive(empty + 8u * ((it + kStages - 1) % kStages));
     if (join >= 0) {  // half of a tail tile: its rows 0-63 in part 2 join, 64-127 in the next
-      const int slot = 2 * join;
+      const int slot = kJoinSlots * join, part = Cfg::kParts * join;
       if (join_first(a, slot, join_words + group, group)) {
-        join_put<Cfg::kRegs>(a, slot, acc0);
-        join_put<Cfg::kRegs>(a, slot + 1, acc1);
+        join_put<Cfg::kRegs>(a, part, acc0);
+        join_put<Cfg::kRegs>(a, part + 1, acc1);
         join_publish(a, slot, group);
         continue;
       }
       join_wait(a, slot, group);
-      join_add<Cfg::kRegs>(a, slot, acc0);
-      join_add<Cfg::kRegs>(a, slot + 1, acc1);
+      join_add<Cfg::kRegs>(a, part, acc0);
+      join_add<Cfg::kRegs>(a, part + 1, acc1);
     }
     float2 bias[kN / 8];
     load_bias<T, kN>(a, nt * kN + 2 * (lane & 3), bias);
@@ -894,15 +898,15 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
     wgmma::wait<0>();
     wgmma::fence_operands(acc);
     if (last > first && lane == 0) wgmma::barrier_arrive(empty + 8u * ((it + kStages - 1) % kStages));
-    if (join >= 0) {  // half of a tail tile: the warpgroup's rows in part 2 join + group
-      const int slot = 2 * join + group;
+    if (join >= 0) {  // half of a tail tile: the warpgroup's rows in its part
+      const int slot = kJoinSlots * join + group, part = Cfg::kParts * join + group;
       if (join_first(a, slot, join_words + group, group)) {
-        join_put<Cfg::kRegs>(a, slot, acc);
+        join_put<Cfg::kRegs>(a, part, acc);
         join_publish(a, slot, group);
         continue;
       }
       join_wait(a, slot, group);
-      join_add<Cfg::kRegs>(a, slot, acc);
+      join_add<Cfg::kRegs>(a, part, acc);
     }
     if constexpr (!Cfg::kStaged) add_bias<kN>(acc, bias);
 

@@ -61,11 +61,13 @@ inline unsigned long long next_join_tag() {
 // deep in float32 and 5 in 16-bit (whose warpgroups' TMA-stored tiles take
 // 64 KB): its consumer warpgroups take turns on the main loop, so the loads
 // run further ahead of it.
-template <typename T, int kN = 128, bool kPingpong = false>
+template <typename T, int kN = 128, bool kPingpong = false, int kM = 128>
 bool launch_wgmma(wgmma_fprop::Args& a, const void* x, const void* w, int h, int wd, int taps,
                   int device, void* stream) {
-  constexpr int kM = 128,
-                kStages = kPingpong ? (sizeof(T) == 2 ? 5 : 6) : sizeof(T) == 2 && kN == 64 ? 3 : 4;
+  constexpr int kStages = kPingpong                        ? (sizeof(T) == 2 ? 5 : 6)
+                          : kM == 192                      ? 3
+                          : sizeof(T) == 2 && kN == 64 ? 3
+                                                           : 4;
   using Cfg = wgmma_fprop::Tile<T, kM, kN, kStages, kPingpong>;
   const auto kernel = &wgmma_fprop::fprop_tma_kernel<T, kM, kN, kStages, kPingpong>;
   static CachedKernelFit fit(reinterpret_cast<const void*>(kernel),
@@ -117,7 +119,7 @@ bool fprop_wgmma(const ConvProblem& pr) {
   a.dilation_h = pr.dilation_h, a.dilation_w = pr.dilation_w;
   a.bw = plan.box.bw, a.bh = plan.box.bh, a.bn = plan.box.bn;
   a.im2col = plan.im2col;
-  if (a.im2col) a.bw = 128, a.bh = a.bn = 1;
+  if (a.im2col) a.bw = plan.rows, a.bh = a.bn = 1;
   a.phases = 1;
   Phase& f = a.ph[0];
   f.p = pr.p, f.q = pr.q, f.r = pr.r, f.s = pr.s, f.pad_h = pr.pad_h, f.pad_w = pr.pad_w;
@@ -126,6 +128,13 @@ bool fprop_wgmma(const ConvProblem& pr) {
   bool launched;
   if (plan.cols == 64) {
     launched = launch_wgmma<T, 64>(a, pr.input, pr.weight, pr.h, pr.w, taps, pr.device, pr.stream);
+  } else if (plan.rows == 192) {  // (16-bit only: wgmma_fprop_plan)
+    if constexpr (sizeof(T) == 2) {
+      launched = launch_wgmma<T, 128, false, 192>(a, pr.input, pr.weight, pr.h, pr.w, taps,
+                                                   pr.device, pr.stream);
+    } else {
+      launched = false;
+    }
   } else {
     launched = plan.pingpong && launch_wgmma<T, 128, true>(a, pr.input, pr.weight, pr.h, pr.w,
                                                            taps, pr.device, pr.stream);

@@ -80,11 +80,12 @@ inline int64_t half_rounds(int64_t tiles, int64_t blocks, int64_t steps) {
   if (tiles % blocks == 0) return whole;
   return whole + (tail_tiles(tiles, blocks, steps) > 0 ? 1 : 2);
 }
-// Bytes of the halves' meeting places for `tail` tiles kN output channels
-// wide: two 16-byte flag slots and two 128-thread x kN / 2 float32 parts
-// per tile.
-inline int64_t tail_workspace_bytes(int64_t tail, int kN) {
-  return tail * (2 * 16 + 2 * int64_t(128) * (kN / 2) * 4);
+// Bytes of the halves' meeting places for `tail` tiles of `rows` positions
+// x kN output channels: kJoinSlots 16-byte flag slots and rows / 64 parts of
+// 128 threads x kN / 2 float32 sums per tile.
+constexpr int kJoinSlots = 4;
+inline int64_t tail_workspace_bytes(int64_t tail, int kN, int rows) {
+  return tail * (kJoinSlots * 16 + (rows / 64) * int64_t(128) * (kN / 2) * 4);
 }
 
 // One sub-problem of a launch of the Hopper forward: its output positions

@@ -471,3 +471,29 @@ def test_hopper_forward_tail_tiles_in_halves(layer, dtype, gen, seed):
               tol=tol)
     finally:
         torch.backends.cudnn.allow_tf32 = saved
+
+
+# 192-row tiles (three consumer warpgroups, rows of positions) for 16-bit
+# layers where their rounds take less time (implicit_gemm.h, WgmmaPlan::rows):
+# ResNet-50's 128-channel 3x3 layers at N=32, 131 tiles against 196 of 128
+# rows, plain, fused, and at stride 2; the last tile partly outside.
+ROWS192_LAYERS = {
+    # name: (n, c, k, size, kernel, stride, activation, residual)
+    "3x3-128ch-28x28": (32, 128, 128, 28, 3, 1, None, False),
+    "3x3-128ch-28x28-relu-residual": (32, 128, 128, 28, 3, 1, "relu", True),
+    "3x3-128ch-56x56-s2-silu": (32, 128, 128, 56, 3, 2, "silu", False),
+}
+
+
+@pytest.mark.parametrize("dtype", list(WIDE.values()), ids=list(WIDE))
+@pytest.mark.parametrize("layer", list(ROWS192_LAYERS))
+def test_16bit_hopper_forward_192_row_tiles(layer, dtype, gen, seed):
+    n, c, k, size, kernel, stride, activation, residual = ROWS192_LAYERS[layer]
+    pad = kernel // 2
+    x, w, b, r, call = square_layer(n, c, k, size, kernel, stride, pad, activation, residual, True, dtype, gen)
+    got, ran = run_with_tf32(call, kernel=rf"fprop_tma_kernel<{KERNEL_NAME[dtype]}, 192, 128, 3, false>")
+    ctx = f"seed={seed} {layer} {dtype}"
+    assert ran is not False, ctx
+    check(got, x, w, b, stride, pad, 1, dtype, ctx, r, activation or "identity", tol=TOL16)
+    again, _ = run_with_tf32(call)
+    assert torch.equal(got, again), ctx
