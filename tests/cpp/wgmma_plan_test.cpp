@@ -51,9 +51,11 @@ TEST(WgmmaPlanTest, HalfRoundsCountALastRoundInHalvesAsHalf) {
 }
 
 TEST(WgmmaPlanTest, WorkspaceHoldsFlagsAndEveryPartOfEveryTailTile) {
-  // Per tile: two 16-byte flag slots, two parts of 128 threads x 64 float32 sums.
-  EXPECT_EQ(tail_workspace_bytes(64, 128), 64 * (32 + 2 * 128 * 64 * 4));
-  EXPECT_EQ(tail_workspace_bytes(72, 64), 72 * (32 + 2 * 128 * 32 * 4));
+  // Per tile: four 16-byte flag slots, a part of 128 threads x kN / 2 float32
+  // sums for each 64 rows.
+  EXPECT_EQ(tail_workspace_bytes(64, 128, 128), 64 * (64 + 2 * 128 * 64 * 4));
+  EXPECT_EQ(tail_workspace_bytes(72, 64, 128), 72 * (64 + 2 * 128 * 32 * 4));
+  EXPECT_EQ(tail_workspace_bytes(10, 128, 192), 10 * (64 + 3 * 128 * 64 * 4));
 }
 
 // What the plan decides for a layer and element size.
@@ -64,6 +66,7 @@ struct Expected {
   bool im2col;
   int tail, split, cols;
   bool pingpong;
+  int rows;
 };
 
 TEST(WgmmaPlanTest, LayersTheGpuTestsRelyOn) {
@@ -71,17 +74,21 @@ TEST(WgmmaPlanTest, LayersTheGpuTestsRelyOn) {
       // ResNet-50's 128-channel 3x3 layer in float32 (36 steps of 32 channels):
       // rows of positions (196 tiles, a round and a half) rather than boxes
       // (224, two rounds), 64 of them in halves, on the pingpong kernel.
-      {"resnet 128ch float32", layer(32, 128, 28, 128, 3, 1), 4, true, 64, 1, 128, true},
-      // In 16-bit (18 steps of 64), too short for the tail: the boxes stay.
-      {"resnet 128ch 16-bit", layer(32, 128, 28, 128, 3, 1), 2, false, 0, 1, 128, false},
+      {"resnet 128ch float32", layer(32, 128, 28, 128, 3, 1), 4, true, 64, 1, 128, true, 128},
+      // In 16-bit (18 steps of 64), too short for the tail: 131 rows of 192
+      // positions (one round) rather than 224 boxes or 196 rows of 128 (two).
+      {"resnet 128ch 16-bit", layer(32, 128, 28, 128, 3, 1), 2, true, 0, 1, 128, false, 192},
+      {"resnet 128ch s2 16-bit", layer(32, 128, 56, 128, 3, 2), 2, true, 0, 1, 128, false, 192},
+      // 256 channels at 14x14, N=32: 128 boxes of 128 rows, one round, stay.
+      {"resnet 256ch 16-bit", layer(32, 256, 14, 256, 3, 1), 2, false, 0, 1, 128, false, 128},
       // The tail test's 256 channels at 14x14, N=48: 192 boxes, 60 in halves.
-      {"256ch 14x14 16-bit", layer(48, 256, 14, 256, 3, 1), 2, false, 60, 1, 128, false},
-      {"256ch 14x14 float32", layer(48, 256, 14, 256, 3, 1), 4, false, 60, 1, 128, true},
+      {"256ch 14x14 16-bit", layer(48, 256, 14, 256, 3, 1), 2, false, 60, 1, 128, false, 128},
+      {"256ch 14x14 float32", layer(48, 256, 14, 256, 3, 1), 4, false, 60, 1, 128, true, 128},
       // 256 -> 64 channels at 28x28, N=48: 64-wide tiles, 336 boxes over 264 blocks.
-      {"256->64ch 16-bit", layer(48, 256, 28, 64, 3, 1), 2, false, 72, 1, 64, false},
-      {"256->64ch float32", layer(48, 256, 28, 64, 3, 1), 4, false, 72, 1, 64, false},
+      {"256->64ch 16-bit", layer(48, 256, 28, 64, 3, 1), 2, false, 72, 1, 64, false, 128},
+      {"256->64ch float32", layer(48, 256, 28, 64, 3, 1), 4, false, 72, 1, 64, false, 128},
       // 512 channels at 7x7, N=32, float32: 64 boxes, the reduction split in two, no tail.
-      {"512ch 7x7 float32", layer(32, 512, 7, 512, 3, 1), 4, false, 0, 2, 128, false},
+      {"512ch 7x7 float32", layer(32, 512, 7, 512, 3, 1), 4, false, 0, 2, 128, false, 128},
   };
   for (const Expected& e : cases) {
     const WgmmaPlan plan = wgmma_fprop_plan(e.problem, e.element_size);
@@ -91,6 +98,7 @@ TEST(WgmmaPlanTest, LayersTheGpuTestsRelyOn) {
     EXPECT_EQ(plan.split, e.split) << e.name;
     EXPECT_EQ(plan.cols, e.cols) << e.name;
     EXPECT_EQ(plan.pingpong, e.pingpong) << e.name;
+    EXPECT_EQ(plan.rows, e.rows) << e.name;
   }
 }
 
