@@ -79,6 +79,9 @@ TEST(WgmmaPlanTest, LayersTheGpuTestsRelyOn) {
       // positions (one round) rather than 224 boxes or 196 rows of 128 (two).
       {"resnet 128ch 16-bit", layer(32, 128, 28, 128, 3, 1), 2, true, 0, 1, 128, false, 192},
       {"resnet 128ch s2 16-bit", layer(32, 128, 56, 128, 3, 2), 2, true, 0, 1, 128, false, 192},
+      // 256 -> 128 channels at 28x28, N=48 (36 steps): 196 tiles of 192 rows,
+      // the last round's 64 in halves (the 192-row test's tail layer).
+      {"256->128ch 28x28 16-bit", layer(48, 256, 28, 128, 3, 1), 2, true, 64, 1, 128, false, 192},
       // 256 channels at 14x14, N=32: 128 boxes of 128 rows, one round, stay.
       {"resnet 256ch 16-bit", layer(32, 256, 14, 256, 3, 1), 2, false, 0, 1, 128, false, 128},
       // The tail test's 256 channels at 14x14, N=48: 192 boxes, 60 in halves.
