@@ -289,7 +289,11 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   const bool wide = element_size == 2;  // 16-bit: 64 channels a step
   const bool pointwise = pr.r == 1 && pr.s == 1 && pr.stride_h == 1 && pr.stride_w == 1;
   const int cols = pr.k > 32 && pr.k <= 64 ? 64 : 128;
-  if ((element_size != 4 && !wide) || pr.groups != 1 || pointwise || pr.input_strides[0] != 0 ||
+  // A strided view of the input (a packed stem's) is read through its
+  // strides, which TMA needs in whole 16 bytes.
+  bool strides_ok = true;
+  for (const int64_t st : pr.input_strides) strides_ok = strides_ok && st * element_size % 16 == 0;
+  if ((element_size != 4 && !wide) || pr.groups != 1 || pointwise || !strides_ok ||
       pr.c < cols || pr.c % (128 / element_size) != 0 || pr.k % 8 != 0 || pr.stride_h > 8 ||
       pr.stride_w > 8) {
     return {false, 1, {}, false};

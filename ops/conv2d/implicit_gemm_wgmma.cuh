@@ -127,6 +127,10 @@ struct Args {
   int tail;
   void* join;
   unsigned long long tag;
+  // The input's strides in elements along w, h and n where it is not packed
+  // NHWC (ConvProblem::input_strides: a packed stem's overlapping view);
+  // zeros where it is. The tensor map reads through them.
+  int64_t xs[3];
 };
 
 // The launch's units of work: its tiles, times the slices, plus the tail's
@@ -980,8 +984,9 @@ constexpr CUtensorMapDataType map_type() {
 }
 
 // The input's map (a box of the tile's pixels for one step, read every
-// stride-th pixel; with a.im2col, kM window corners in im2col traversal) and the weight's (kN
-// output channels x one step); false where the driver refuses them.
+// stride-th pixel; with a.im2col, kM window corners in im2col traversal;
+// through a.xs where set) and the weight's (kN output channels x one step);
+// false where the driver refuses them.
 template <typename T, int kN>
 bool make_maps(CUtensorMap* xmap, CUtensorMap* wmap, const void* x, const void* w, int n, int h, int wd, int c,
                int k, int taps, const Args& a) {
@@ -990,7 +995,10 @@ bool make_maps(CUtensorMap* xmap, CUtensorMap* wmap, const void* x, const void* 
   constexpr int kStep = kRowBytes / int(sizeof(T));
   const cuuint64_t es = sizeof(T);
   const cuuint64_t xdims[4] = {cuuint64_t(c), cuuint64_t(wd), cuuint64_t(h), cuuint64_t(n)};
-  const cuuint64_t xstrides[3] = {c * es, cuuint64_t(wd) * c * es, cuuint64_t(h) * wd * c * es};
+  const bool packed = a.xs[0] == 0;
+  const cuuint64_t xstrides[3] = {packed ? c * es : cuuint64_t(a.xs[0]) * es,
+                                  packed ? cuuint64_t(wd) * c * es : cuuint64_t(a.xs[1]) * es,
+                                  packed ? cuuint64_t(h) * wd * c * es : cuuint64_t(a.xs[2]) * es};
   const cuuint32_t xstep[4] = {1, cuuint32_t(a.stride_w), cuuint32_t(a.stride_h), 1};
   if (a.im2col) {
     // The window corners the output positions start from: -pad to the last

@@ -115,6 +115,7 @@ bool fprop_wgmma(const ConvProblem& pr) {
   a.partial = static_cast<float*>(pr.workspace), a.split = pr.split_k;
   if (pr.split_k == 1 && pr.workspace != nullptr) a.tail = plan.tail, a.join = pr.workspace;
   a.n = pr.n, a.k = pr.k, a.c = pr.c;
+  for (int i = 0; i < 3; ++i) a.xs[i] = pr.input_strides[i];
   a.stride_h = pr.stride_h, a.stride_w = pr.stride_w;
   a.dilation_h = pr.dilation_h, a.dilation_w = pr.dilation_w;
   a.bw = plan.box.bw, a.bh = plan.box.bh, a.bn = plan.box.bn;

@@ -93,6 +93,16 @@ TEST(WgmmaPlanTest, LayersTheGpuTestsRelyOn) {
       // 512 channels at 7x7, N=32, float32: 64 boxes, the reduction split in two, no tail.
       {"512ch 7x7 float32", layer(32, 512, 7, 512, 3, 1), 4, false, 0, 2, 128, false, 128},
   };
+  // ResNet-50's RGB stem in 16-bit as the engine packs it (space_to_depth.h):
+  // 4x1 taps of 64 channels over an overlapping view of the phases, whose
+  // pixels are 16 elements apart; read through its strides (32 bytes).
+  ConvProblem stem = layer(32, 64, 112, 64, 1, 1);
+  stem.h = 115, stem.r = 4, stem.pad_h = stem.pad_w = 0;
+  stem.input_strides[0] = 16, stem.input_strides[1] = 115 * 16, stem.input_strides[2] = 115 * 115 * 16;
+  const WgmmaPlan packed = wgmma_fprop_plan(stem, 2);
+  EXPECT_TRUE(packed.take && packed.im2col && packed.cols == 64 && packed.rows == 128);
+  stem.input_strides[0] = 4;  // 8 bytes: not a stride TMA takes
+  EXPECT_FALSE(wgmma_fprop_plan(stem, 2).take);
   for (const Expected& e : cases) {
     const WgmmaPlan plan = wgmma_fprop_plan(e.problem, e.element_size);
     ASSERT_TRUE(plan.take) << e.name;

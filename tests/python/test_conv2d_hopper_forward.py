@@ -6,7 +6,8 @@ fed by TMA on sm_90 devices): dense windows larger than 1x1 or strided, channels
 running in the profiler (implicit_gemm.h, wgmma_fprop_plan); boxes of output
 positions that do and do not divide the plane, rows of consecutive positions
 (TMA's im2col mode) across rows and images, the split-K sum with
-conv2d_fused's epilogue, the last round's tiles in halves, a CUDA graph, and the problems the plan leaves to
+conv2d_fused's epilogue, the last round's tiles in halves, 192-row tiles, 16-bit RGB stems read
+through the strides of their packed view, a CUDA graph, and the problems the plan leaves to
 the other kernels. Skipped on other devices, where the sm80-style kernels
 (test_conv2d_implicit_gemm.py) run these cases."""
 
@@ -500,5 +501,32 @@ def test_16bit_hopper_forward_192_row_tiles(layer, dtype, gen, seed):
     ctx = f"seed={seed} {layer} {dtype}"
     assert ran is not False, ctx
     check(got, x, w, b, stride, pad, 1, dtype, ctx, r, activation or "identity", tol=TOL16)
+    again, _ = run_with_tf32(call)
+    assert torch.equal(got, again), ctx
+
+
+# RGB stems in 16-bit as the engine packs them (implicit_gemm.cpp,
+# packed_stem: ResNet's 7x7 stride 2 becomes 4x1 taps of 64 channels over an
+# overlapping view of the packed phases): the Hopper forward's 64-wide tiles
+# read that view through its strides (Args::xs); plain, fused, an odd plane
+# and 40 output channels (a partial column tile). Enough positions for more
+# tiles than half the multiprocessors (fewer are left to the other kernels).
+STEM_LAYERS = {
+    # name: (n, k, size, activation, residual, bias)
+    "resnet-stem": (1, 64, 224, None, False, True),
+    "resnet-stem-relu-residual": (3, 64, 128, "relu", True, True),
+    "stem-40ch-odd-silu": (2, 40, 161, "silu", False, False),
+}
+
+
+@pytest.mark.parametrize("dtype", list(WIDE.values()), ids=list(WIDE))
+@pytest.mark.parametrize("layer", list(STEM_LAYERS))
+def test_16bit_packed_stems_on_hopper_forward(layer, dtype, gen, seed):
+    n, k, size, activation, residual, bias = STEM_LAYERS[layer]
+    x, w, b, r, call = square_layer(n, 3, k, size, 7, 2, 3, activation, residual, bias, dtype, gen)
+    got, ran = run_with_tf32(call, kernel=rf"fprop_tma_kernel<{KERNEL_NAME[dtype]}, 128, 64, \d+, false>")
+    ctx = f"seed={seed} {layer} {dtype}"
+    assert ran is not False, ctx
+    check(got, x, w, b, 2, 3, 1, dtype, ctx, r, activation or "identity", tol=TOL16)
     again, _ = run_with_tf32(call)
     assert torch.equal(got, again), ctx
