@@ -330,7 +330,7 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   // rounds, each 1.5 times as long, take less time (ResNet-50's 128-channel
   // 3x3 layers at N=32: 131 such tiles, one round, against 196 or 224 of 128
   // rows, two); a tile of M rows x 128 channels reads (M + 128) x 128 bytes a
-  // step for 2 x M x 128 x 64 FLOPs, so 192 rows read 15% fewer bytes of the
+  // step for 2 x M x 128 x 64 FLOPs, so 192 rows read a sixth fewer bytes of the
   // L2 a FLOP, which bounds those layers (bench/NOTES.md).
   int rows = 128;
   if (wide && cols == 128 && !pingpong && im2col_ok) {
