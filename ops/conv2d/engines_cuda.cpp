@@ -3,6 +3,7 @@
 #include "ops/conv2d/grouped_direct.h"
 #include "ops/conv2d/grouped_mma.h"
 #include "ops/conv2d/implicit_gemm.h"
+#include "ops/conv2d/pointwise_fused_lt.h"
 #include "ops/conv2d/stem_direct.h"
 #include "ops/conv2d/strided_pointwise.h"
 #include "ops/conv2d/tiny_direct.h"
@@ -128,6 +129,9 @@ std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
   if (!epilogue.has_residual()) {
     if (auto out = stem_direct_conv2d_cuda(input, weight, bias, s, epilogue.activation)) return out;
   }
+  // Pointwise layers with relu or none: one cuBLASLt product, the residual its
+  // C operand (pointwise_fused_lt.h).
+  if (auto out = pointwise_fused_lt_cuda(input, weight, bias, s, epilogue)) return out;
   if (s.groups > 1) {  // as in the forward
     if (auto out = grouped_mma_conv2d(input, weight, bias, s, &epilogue)) return out;
   }
