@@ -219,10 +219,14 @@ std::optional<at::Tensor> pointwise_fused_lt_cuda(const at::Tensor& input, const
   at::Tensor out = empty_channels_last(input, s.in.n, k, s.oh, s.ow);
   const float alpha = 1.0f, beta = has_residual ? 1.0f : 0.0f;
   const void* c_ptr = has_residual ? epilogue.residual.const_data_ptr() : out.const_data_ptr();
-  TORCH_CUDABLAS_CHECK(api.matmul(handle, p.op, &alpha, weight.const_data_ptr(), p.a,
-                                  input.const_data_ptr(), p.b, &beta, c_ptr, p.d,
-                                  out.mutable_data_ptr(), p.d, &chosen.algo, workspace,
-                                  workspace_bytes, at::cuda::getCurrentCUDAStream()));
+  const cublasStatus_t status = api.matmul(handle, p.op, &alpha, weight.const_data_ptr(), p.a,
+                                           input.const_data_ptr(), p.b, &beta, c_ptr, p.d,
+                                           out.mutable_data_ptr(), p.d, &chosen.algo, workspace,
+                                           workspace_bytes, at::cuda::getCurrentCUDAStream());
+  // A configuration cuBLASLt turns down before launching anything goes to the
+  // other routes; any other failure is an error.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return std::nullopt;
+  TORCH_CUDABLAS_CHECK(status);
   return out;
 }
 
