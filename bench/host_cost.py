@@ -106,6 +106,10 @@ def cases(device: str, dtype: torch.dtype) -> Dict[str, Dict[str, Callable]]:
     add("conv2d_fused 3x3 channels_last residual relu",
         lambda x, w, b: ops.conv2d_fused(x, w, b, one, one, one, 1, "relu", res),
         lambda x, w, b: F.relu(F.conv2d(x, w, b, 1, 1) + res), (xcl, wcl, b))
+    # A pointwise layer with its residual and relu (cuBLASLt's product with the epilogue on CUDA).
+    add("conv2d_fused 1x1 channels_last residual relu",
+        lambda x, w, b: ops.conv2d_fused(x, w, b, one, zero, one, 1, "relu", res),
+        lambda x, w, b: F.relu(F.conv2d(x, w, b) + res), (xcl, w1cl, b))
     # Grouped: 3 groups of 8 channels (the tensor-core kernel for groups of 8 on CUDA).
     xg = mk(1, 24, 8, 8).contiguous(memory_format=torch.channels_last)
     wg = mk(24, 8, 3, 3).contiguous(memory_format=torch.channels_last)
