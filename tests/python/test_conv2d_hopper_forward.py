@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import capture_and_replay, cuda, make_tensor, ops, random_hopper_window
+from testlib import capture_and_replay, cuda, make_tensor, ops, random_hopper_window, run_profiled_cuda
 
 pytestmark = [cuda, pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                                        reason="the Hopper forward runs on sm_90 devices only")]
@@ -40,15 +40,7 @@ def run_with_tf32(fn, kernel=r"implicit_gemm::wgmma"):
     """fn's result and whether the Hopper kernel (a kernel whose name matches
     the pattern `kernel`) ran in it (None where the profiler saw no kernel:
     under compute-sanitizer), PyTorch's TF32 policy for convolutions on."""
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = True
-    try:
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            out = fn()
-            torch.cuda.synchronize()
-    finally:
-        torch.backends.cudnn.allow_tf32 = saved
-    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    out, names = run_profiled_cuda(fn, tf32=True)
     return out, (any(re.search(kernel, n) for n in names) if names else None)
 
 

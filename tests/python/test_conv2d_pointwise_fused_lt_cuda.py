@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import capture_and_replay, cuda, make_tensor, ops
+from testlib import capture_and_replay, cuda, make_tensor, ops, run_profiled_cuda
 
 pytestmark = [cuda]
 
@@ -26,20 +26,6 @@ ROUND = {torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7, torch.float32: 2.0**-
 
 DTYPES = {"f16": (torch.float16, True), "bf16": (torch.bfloat16, True), "f32-tf32": (torch.float32, True),
           "f32-exact": (torch.float32, False)}
-
-
-def run(fn, tf32):
-    """fn's result and the names of the CUDA kernels it ran, PyTorch's TF32
-    policy for convolutions set to `tf32`."""
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    try:
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            out = fn()
-            torch.cuda.synchronize()
-    finally:
-        torch.backends.cudnn.allow_tf32 = saved
-    return out, [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
 def ran_lt(names):
@@ -87,7 +73,7 @@ SHAPES = {"64-to-256-28x28": (2, 64, 256, 28), "512-to-128-14x14": (4, 512, 128,
 def test_pointwise_fused_on_cublaslt(dt, shape, activation, residual, bias, gen, seed):
     dtype, tf32 = DTYPES[dt]
     x, w, b, r = operands(*SHAPES[shape], dtype, bias, residual, gen)
-    got, names = run(lambda: ops.conv2d_fused(x, w, b, [1, 1], [0, 0], [1, 1], 1, activation, r), tf32)
+    got, names = run_profiled_cuda(lambda: ops.conv2d_fused(x, w, b, [1, 1], [0, 0], [1, 1], 1, activation, r), tf32)
     ctx = f"seed={seed} {dt} {shape} {activation} residual={residual} bias={bias}"
     assert ran_lt(names) is not False, (ctx, names)
     check(got, x, w, b, r, activation, dtype, TOL[dtype] if tf32 else TOL_EXACT, ctx)
@@ -151,7 +137,7 @@ def test_pointwise_fused_declines_what_cublaslt_does_not_take(gen):
         "misaligned input": (shifted, w, r, "relu"),
     }
     for name, (xi, wi, ri, act) in cases.items():
-        got, names = run(lambda: call(xi, wi, ri, act), True)
+        got, names = run_profiled_cuda(lambda: call(xi, wi, ri, act), True)
         assert ran_lt(names) is not True, name
         bi = b if wi.shape[0] == 128 else None
         pre = F.conv2d(xi.double(), wi.double(), None if bi is None else bi.double()) + ri.double()

@@ -49,6 +49,22 @@ def kernels_launched(fn) -> str:
     return " ".join(e.name for e in prof.events())
 
 
+def run_profiled_cuda(fn, tf32: Optional[bool] = None):
+    """fn's result and the names of the CUDA kernels it ran (none where the
+    profiler saw no kernel: under compute-sanitizer); with `tf32` given,
+    PyTorch's TF32 policy for convolutions set to it for the call."""
+    saved = torch.backends.cudnn.allow_tf32
+    if tf32 is not None:
+        torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out = fn()
+            torch.cuda.synchronize()
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    return out, [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
 def sync(device: str) -> None:
     """Waits for the device, so that asynchronous CUDA errors surface here."""
     if str(device).startswith("cuda"):
