@@ -11,8 +11,9 @@
 // plus the residual's read, and the implicit GEMMs' tile epilogues took twice
 // that (bench/NOTES.md). float16 and bfloat16 with float32 accumulation;
 // float32 as TF32 where PyTorch's policy for convolutions allows it, else
-// exactly. The algorithm cuBLASLt's heuristic picks is kept per problem, so
-// a call costs the host a product's launch. Declines (nullopt) other layers,
+// exactly. The algorithm cuBLASLt's heuristic picks is kept per problem (one
+// small entry per shape seen), so a call costs the host a few descriptors
+// and one launch, not the heuristic's search. Declines (nullopt) other layers,
 // activations, dtypes and layouts, a residual that is not channels_last,
 // and operands not aligned to 16 bytes: engines_cuda.cpp then tries the
 // implicit GEMMs.

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "ops/common/launch.h"
 
