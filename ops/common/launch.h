@@ -31,6 +31,11 @@ inline at::Tensor as_batch(const at::Tensor& t, bool batched) {
 // The inverse of as_batch for a result.
 inline at::Tensor unbatch(const at::Tensor& t, bool batched) { return batched ? t : t.squeeze(0); }
 
+// Whether t's data starts on a 16-byte boundary (vector and TMA loads, cuBLASLt's algorithms).
+inline bool aligned16(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0;
+}
+
 // A new (n, c, h, w) tensor like `like` (dtype, device), stored channels_last.
 inline at::Tensor empty_channels_last(const at::Tensor& like, int64_t n, int64_t c, int64_t h,
                                       int64_t w) {

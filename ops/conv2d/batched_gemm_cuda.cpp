@@ -3,8 +3,7 @@
 // convolutions would use.
 //
 // The library does not link cuBLAS itself: it calls the cuBLAS that libtorch_cuda
-// already loaded, so that a process never holds two cuBLAS builds under one
-// soname (the toolkit's and the one PyTorch ships).
+// already loaded (process_symbol.h).
 #include "ops/conv2d/batched_gemm.h"
 
 #include <ATen/ATen.h>
@@ -13,7 +12,7 @@
 #include <ATen/cuda/Exceptions.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include <dlfcn.h>
+#include "ops/common/process_symbol.h"
 
 #include <algorithm>
 
@@ -60,18 +59,11 @@ Operand transposed_operand(const at::Tensor& t) {
 
 using StridedBatchedGemmFn = decltype(&cublasGemmStridedBatchedEx_64);
 
-#define CUSTOMCONV_STR2(x) #x
-#define CUSTOMCONV_STR(x) CUSTOMCONV_STR2(x)
-
 StridedBatchedGemmFn strided_batched_gemm() {
   static const StridedBatchedGemmFn fn = [] {
     constexpr const char* kSymbol = "cublasGemmStridedBatchedEx_64";
-    constexpr const char* kSoname = "libcublas.so." CUSTOMCONV_STR(CUBLAS_VER_MAJOR);
-    void* sym = dlsym(RTLD_DEFAULT, kSymbol);
-    if (sym == nullptr) {
-      // Loaded by libtorch_cuda, perhaps outside the global scope.
-      if (void* lib = dlopen(kSoname, RTLD_NOW | RTLD_NOLOAD)) sym = dlsym(lib, kSymbol);
-    }
+    constexpr const char* kSoname = "libcublas.so." CUSTOMCONV_SYMBOL_STR(CUBLAS_VER_MAJOR);
+    void* sym = process_symbol(kSymbol, kSoname);
     TORCH_CHECK(sym != nullptr, "customconv: cannot find ", kSymbol, " in the process (", kSoname,
                 " is loaded by libtorch_cuda)");
     return reinterpret_cast<StridedBatchedGemmFn>(sym);

@@ -21,8 +21,6 @@ namespace {
 
 constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
 
-bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0; }
-
 bool fits_int(int64_t v) { return v <= std::numeric_limits<int>::max(); }
 
 // The channel multiple the kernels need (16-byte vectors): 8 for 16-bit data, 4 for float32.

@@ -10,8 +10,7 @@
 // output channels'.
 //
 // The library does not link cuBLAS: it calls the cuBLASLt that libtorch_cuda
-// loaded (as batched_gemm_cuda.cpp does cuBLAS), so a process never holds two
-// builds of it; where none is found the route declines.
+// loaded (process_symbol.h); where none is found the route declines.
 #include "ops/conv2d/pointwise_fused_lt.h"
 
 #include <ATen/ATen.h>
@@ -20,7 +19,6 @@
 #include <ATen/cuda/Exceptions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cublasLt.h>
-#include <dlfcn.h>
 
 #include <array>
 #include <cstdint>
@@ -29,14 +27,12 @@
 #include <type_traits>
 
 #include "ops/common/launch.h"
+#include "ops/common/process_symbol.h"
 
 namespace customconv {
 namespace {
 
 constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
-
-#define CUSTOMCONV_LT_STR2(x) #x
-#define CUSTOMCONV_LT_STR(x) CUSTOMCONV_LT_STR2(x)
 
 // cuBLASLt's entry points in the process, or ok = false.
 struct LtApi {
@@ -53,21 +49,12 @@ struct LtApi {
   bool ok = false;
 };
 
-void* lt_symbol(const char* name) {
-  void* sym = dlsym(RTLD_DEFAULT, name);
-  if (sym == nullptr) {
-    // Loaded by libtorch_cuda, perhaps outside the global scope.
-    constexpr const char* kSoname = "libcublasLt.so." CUSTOMCONV_LT_STR(CUBLAS_VER_MAJOR);
-    if (void* lib = dlopen(kSoname, RTLD_NOW | RTLD_NOLOAD)) sym = dlsym(lib, name);
-  }
-  return sym;
-}
-
 const LtApi& lt_api() {
   static const LtApi api = [] {
     LtApi a;
     const auto get = [](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(lt_symbol(name));
+      constexpr const char* kSoname = "libcublasLt.so." CUSTOMCONV_SYMBOL_STR(CUBLAS_VER_MAJOR);
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(process_symbol(name, kSoname));
       return fn != nullptr;
     };
     a.ok = get(a.desc_create, "cublasLtMatmulDescCreate") &&
@@ -118,8 +105,6 @@ std::map<ProblemKey, Chosen>& chosen_algos() {
   return m;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 std::optional<at::Tensor> pointwise_fused_lt_cuda(const at::Tensor& input, const at::Tensor& weight,
@@ -146,9 +131,8 @@ std::optional<at::Tensor> pointwise_fused_lt_cuda(const at::Tensor& input, const
   const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
   const int64_t bytes = int64_t(input.element_size()), ldw = weight.stride(0);
   if ((c * bytes) % 16 != 0 || (k * bytes) % 16 != 0 || (ldw * bytes) % 16 != 0 ||
-      !aligned16(input.const_data_ptr()) || !aligned16(weight.const_data_ptr()) ||
-      (has_bias && !aligned16(b.const_data_ptr())) ||
-      (has_residual && !aligned16(epilogue.residual.const_data_ptr()))) {
+      !aligned16(input) || !aligned16(weight) || (has_bias && !aligned16(b)) ||
+      (has_residual && !aligned16(epilogue.residual))) {
     return std::nullopt;
   }
   const LtApi& api = lt_api();

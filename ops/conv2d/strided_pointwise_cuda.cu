@@ -69,8 +69,6 @@ __global__ void spread_strided_positions_kernel(const Chunk* __restrict__ dense,
   }
 }
 
-bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
-
 // Calls f(Chunk{}) with the raw type of one element of t.
 template <typename F>
 void with_element_chunk(const at::Tensor& t, const F& f) {
