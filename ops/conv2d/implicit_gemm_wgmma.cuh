@@ -71,6 +71,7 @@
 #include <utility>
 
 #include "ops/common/activation.h"
+#include "ops/common/fast_divide.h"
 #include "ops/common/pair_io.cuh"
 #include "ops/conv2d/wgmma.cuh"
 #include "ops/conv2d/wgmma_plan.h"
@@ -131,6 +132,8 @@ struct Args {
   // NHWC (ConvProblem::input_strides: a packed stem's overlapping view);
   // zeros where it is. The tensor map reads through them.
   int64_t xs[3];
+  // Divisions by tiles, the output-channel tiles, c, bw and bh (set_tiles).
+  FastDivide div_tiles, div_n_tiles, div_c, div_bw, div_bh;
 };
 
 // The launch's units of work: its tiles, times the slices, plus the tail's
@@ -142,11 +145,10 @@ struct Position {
   int n, oh, ow;
 };
 __device__ __forceinline__ Position position_of(const Phase& f, int m) {
-  const int plane = f.p * f.q;
   Position x;
-  x.n = m / plane;
-  const int in_plane = m - x.n * plane;
-  x.oh = in_plane / f.q, x.ow = in_plane - x.oh * f.q;
+  x.n = f.div_plane.div(m);
+  const int in_plane = m - x.n * (f.p * f.q);
+  x.oh = f.div_q.div(in_plane), x.ow = in_plane - x.oh * f.q;
   return x;
 }
 
@@ -175,14 +177,21 @@ struct TileAt {
       const Position x = position_of(f, ow0 + row);
       nn = x.n, oh = x.oh, ow = x.ow;
     } else {
-      ow = ow0 + row % a.bw, oh = oh0 + (row / a.bw) % a.bh, nn = n0 + row / (a.bw * a.bh);
+      const int across = a.div_bw.div(row), down = a.div_bh.div(across);
+      ow = ow0 + row - across * a.bw, oh = oh0 + across - down * a.bh, nn = n0 + down;
     }
     return row < a.bw * a.bh * a.bn && ow < f.q && oh < f.p && nn < a.n
                ? f.y0 + nn * f.sn + oh * f.sh + ow * f.sw
                : -1;
   }
 };
-template <int kStep>
+// kProducer: the producer's copy, on the way to a block's first loads, its
+// steps' division in 32 bits. The consumers keep it in 64: computed in 32
+// bits there (or with one slice made a special case), ptxas serializes the
+// consumers' warpgroup MMAs ("non wgmma instructions defining accumulator
+// registers of a wgmma between start and end of the pipeline stage"), which
+// cost 1-14 us a layer (H200, bench/NOTES.md).
+template <int kStep, bool kProducer = false>
 __device__ __forceinline__ TileAt tile_at(const Args& a, int t, int n_tiles) {
   TileAt x;
   const int whole = a.tiles - a.tail;  // (tail > 0: split 1)
@@ -191,18 +200,23 @@ __device__ __forceinline__ TileAt tile_at(const Args& a, int t, int n_tiles) {
   if (a.tail > 0 && t >= whole) {
     x.z = 0, x.join = (t - whole) >> 1, half = (t - whole) & 1, u = whole + x.join;
   } else {
-    x.z = t / a.tiles, u = t - x.z * a.tiles;
+    x.z = a.div_tiles.div(t), u = t - x.z * a.tiles;
   }
   x.f = phase_of(a, u);
-  x.nt = (u - x.f.tiles_begin) % n_tiles;
-  const int box = (u - x.f.tiles_begin) / n_tiles;
-  x.ow0 = (box % x.f.tw) * a.bw, x.oh0 = ((box / x.f.tw) % x.f.th) * a.bh,
-  x.n0 = (box / (x.f.tw * x.f.th)) * a.bn;
-  const int all_steps = x.f.r * x.f.s * a.c / kStep;
+  const int v = u - x.f.tiles_begin, box = a.div_n_tiles.div(v);
+  x.nt = v - box * n_tiles;
+  const int across = x.f.div_tw.div(box), down = x.f.div_th.div(across);
+  x.ow0 = (box - across * x.f.tw) * a.bw, x.oh0 = (across - down * x.f.th) * a.bh,
+  x.n0 = down * a.bn;
+  const int all_steps = x.f.r * x.f.s * (a.c / kStep);
   // (A tail tile's half as slice `half` of two.)
   const int slice = half >= 0 ? half : x.z, slices = half >= 0 ? 2 : a.split;
-  x.first = int(int64_t(all_steps) * slice / slices);
-  x.last = int(int64_t(all_steps) * (slice + 1) / slices);
+  if constexpr (kProducer) {
+    x.first = all_steps * slice / slices, x.last = all_steps * (slice + 1) / slices;
+  } else {
+    x.first = int(int64_t(all_steps) * slice / slices);
+    x.last = int(int64_t(all_steps) * (slice + 1) / slices);
+  }
   return x;
 }
 
@@ -242,6 +256,11 @@ struct Tile {
   static constexpr int kParts = kPingpong ? 2 : kM / 64;
 };
 
+// Asks for a tensor map's 128 bytes (kept with the kernel's parameters in
+// memory) ahead of the first load through it.
+__device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
 __device__ __forceinline__ void expect_bytes(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
@@ -791,6 +810,10 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
   const uint32_t full = base + uint32_t(kStages * Cfg::kStageBytes + Cfg::kEpiBytes);
   const uint32_t empty = full + 8u * kStages;
   const int tid = threadIdx.x;
+  if (tid == Cfg::kConsumers) {  // the producer: its maps' descriptors while the barriers are set up
+    prefetch_map(&xmap);
+    prefetch_map(&wmap);
+  }
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       wgmma::barrier_init(full + 8u * i, 1);
@@ -815,7 +838,7 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
     const uint32_t bytes = uint32_t(a.bw * a.bh * a.bn * kRowBytes + kN * kRowBytes);
     int it = 0;
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      const TileAt ti = tile_at<Cfg::kStep>(a, t, n_tiles);
+      const TileAt ti = tile_at<Cfg::kStep, true>(a, t, n_tiles);
       const Phase& f = ti.f;
       const int nt = ti.nt, n0 = ti.n0, first = ti.first, last = ti.last;
       int w0 = ti.ow0 * a.stride_w - f.pad_w, h0 = ti.oh0 * a.stride_h - f.pad_h, img = n0;
@@ -823,9 +846,9 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
         const Position x = position_of(f, ti.ow0);
         img = x.n, w0 = x.ow * a.stride_w - f.pad_w, h0 = x.oh * a.stride_h - f.pad_h;
       }
-      int lc = (first * Cfg::kStep) % a.c;
-      const int tap = (first * Cfg::kStep) / a.c;
-      int lr = tap / f.s, ls = tap - lr * f.s;
+      const int tap = a.div_c.div(first * Cfg::kStep);
+      int lc = first * Cfg::kStep - tap * a.c;
+      int lr = f.div_s.div(tap), ls = tap - lr * f.s;
       const int w_col0 = f.tap0 * a.c;  // the phase's first weight column
       // Not unrolled: a call after the L2 is evicted fetches the code it runs
       // from memory, and at four steps a pass this loop was 16 KB of it.

@@ -18,7 +18,8 @@
 namespace customconv::implicit_gemm {
 
 // Sets `a`'s phases' tile extents and ranges (its box and phases set) for
-// tiles kN channels wide, and a.tiles; returns a.tiles.
+// tiles kN channels wide, and a.tiles, with the divisions the kernel's index
+// arithmetic makes (FastDivide); returns a.tiles.
 template <int kN>
 int set_tiles(wgmma_fprop::Args& a) {
   const int n_tiles = (a.k + kN - 1) / kN;
@@ -33,8 +34,13 @@ int set_tiles(wgmma_fprop::Args& a) {
     }
     f.tiles_begin = tiles;
     tiles += f.tw * f.th * f.tn * n_tiles;
+    f.div_tw = FastDivide::of(f.tw), f.div_th = FastDivide::of(f.th);
+    f.div_s = FastDivide::of(f.s), f.div_q = FastDivide::of(f.q);
+    f.div_plane = FastDivide::of(f.p * f.q);
   }
   a.tiles = tiles;
+  a.div_tiles = FastDivide::of(tiles), a.div_n_tiles = FastDivide::of(n_tiles);
+  a.div_c = FastDivide::of(a.c), a.div_bw = FastDivide::of(a.bw), a.div_bh = FastDivide::of(a.bh);
   return tiles;
 }
 

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/common/fast_divide.h"
 #include "ops/conv2d/phase_taps.h"
 
 namespace customconv::implicit_gemm {
@@ -100,6 +101,9 @@ struct Phase {
   int p = 0, q = 0, r = 0, s = 0, pad_h = 0, pad_w = 0, tap0 = 0;
   int tw = 1, th = 1, tn = 1;
   int y0 = 0, sn = 0, sh = 0, sw = 0;
+  // Divisions by tw, th, s, q and p * q, set up with the tile counts
+  // (implicit_gemm_wgmma_launch.cuh's set_tiles).
+  FastDivide div_tw, div_th, div_s, div_q, div_plane;
 };
 constexpr int kMaxPhases = 4;
 
