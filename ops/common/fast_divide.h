@@ -28,9 +28,11 @@ struct FastDivide {
   uint32_t mul = 1;  // (d = 1: (umulhi(x, 1) + x) >> 0 = x)
   uint32_t shift = 0;
 
-  // d >= 1.
+  // d >= 1; a smaller d (an empty extent's, where nothing is divided)
+  // gives the division by 1 rather than a host fault.
   static FastDivide of(int d) {
     FastDivide f;
+    if (d < 1) d = 1;
     f.divisor = d;
     uint32_t l = 0;
     while ((uint64_t(1) << l) < uint64_t(d)) ++l;

@@ -52,4 +52,12 @@ TEST(FastDivide, MatchesDivisionForLargeDivisors) {
   for (const int d : ds) expect_divides(d, numerators(d, rng));
 }
 
+TEST(FastDivide, AnEmptyExtentDividesByOne) {
+  for (const int d : {0, -1, -7}) {
+    const FastDivide f = FastDivide::of(d);
+    EXPECT_EQ(f.divisor, 1);
+    EXPECT_EQ(f.div(12345), 12345);
+  }
+}
+
 }  // namespace
