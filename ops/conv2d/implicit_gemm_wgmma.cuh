@@ -79,6 +79,9 @@
 namespace customconv::implicit_gemm::wgmma_fprop {
 
 constexpr int kRowBytes = 128;  // one reduction step of one row (a 128-byte swizzle row)
+// The named barrier the consumers wait at for the producer's barrier set-up
+// (warpgroup_sync takes 1 to 3).
+constexpr int kStartBarrier = 8;
 
 // One k16 (k8 for TF32) instruction of an m64 x 128 tile (64 accumulators a
 // thread) or an m64 x 64 one (32).
@@ -810,11 +813,13 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
   const uint32_t full = base + uint32_t(kStages * Cfg::kStageBytes + Cfg::kEpiBytes);
   const uint32_t empty = full + 8u * kStages;
   const int tid = threadIdx.x;
-  if (tid == Cfg::kConsumers) {  // the producer: its maps' descriptors while the barriers are set up
+  // The producer's thread asks for its tensor maps and sets up the barriers;
+  // its warp (warpgroup) then only arrives at the block's start barrier,
+  // where the consumers wait, so that its first loads need not wait for every
+  // consumer warp to have started.
+  if (tid == Cfg::kConsumers) {
     prefetch_map(&xmap);
     prefetch_map(&wmap);
-  }
-  if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       wgmma::barrier_init(full + 8u * i, 1);
       wgmma::barrier_init(empty + 8u * i, Cfg::kReleasers);
@@ -825,13 +830,14 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
 
   const int n_tiles = (a.k + kN - 1) / kN;
   const int tiles = units_of(a);
   int* join_words = reinterpret_cast<int*>(smem_raw + (full - raw) + 16 * kStages + (kPingpong ? 16 : 0));
 
   if (tid >= Cfg::kConsumers) {  // the producer: one thread
+    __syncwarp();
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(kStartBarrier), "n"(Cfg::kThreads) : "memory");
     // (Pingpong: 40 registers a thread for the producer warpgroup, 232 for the consumers.)
     if constexpr (kPingpong) wgmma::release_registers<40>();
     if (tid != Cfg::kConsumers) return;
@@ -875,6 +881,7 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
     }
     return;
   }
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kStartBarrier), "n"(Cfg::kThreads) : "memory");
 
   if constexpr (kPingpong) {
     wgmma::claim_registers<232>();
