@@ -23,7 +23,8 @@
 // pixels for a tap (the tap as the load's offsets), zeros outside the image.
 //
 // Block: kM / 64 consumer warpgroups (one to three) and one producer warp after them. The
-// producer's lane 0 walks the block's tiles (t = blockIdx.x,
+// producer's lane 0 sets up the stage barriers (the consumers wait for that at a
+// named barrier its warp only arrives at) and walks the block's tiles (t = blockIdx.x,
 // then strided by the grid, output-channel tile fastest) and their steps:
 // waits for a stage to be empty, announces its bytes on the stage's "full"
 // barrier and issues the two loads, which complete that barrier. Consumer
