@@ -15,11 +15,7 @@
 
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define CUSTOMCONV_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define CUSTOMCONV_HOST_DEVICE inline
-#endif
+#include "ops/common/host_device.h"
 
 namespace customconv {
 

@@ -15,11 +15,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define CUSTOMCONV_FAST_DIVIDE_HD __host__ __device__ __forceinline__
-#else
-#define CUSTOMCONV_FAST_DIVIDE_HD inline
-#endif
+#include "ops/common/host_device.h"
 
 namespace customconv {
 
@@ -42,7 +38,7 @@ struct FastDivide {
   }
 
   // x / divisor, for 0 <= x < 2^31.
-  CUSTOMCONV_FAST_DIVIDE_HD int div(int x) const {
+  CUSTOMCONV_HOST_DEVICE int div(int x) const {
 #if defined(__CUDA_ARCH__)
     const uint32_t hi = __umulhi(uint32_t(x), mul);
 #else

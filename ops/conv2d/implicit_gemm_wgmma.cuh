@@ -853,8 +853,9 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
         const Position x = position_of(f, ti.ow0);
         img = x.n, w0 = x.ow * a.stride_w - f.pad_w, h0 = x.oh * a.stride_h - f.pad_h;
       }
-      const int tap = a.div_c.div(first * Cfg::kStep);
-      int lc = first * Cfg::kStep - tap * a.c;
+      const int c0 = first * Cfg::kStep;  // the first step's column of the (taps x c) reduction
+      const int tap = a.div_c.div(c0);
+      int lc = c0 - tap * a.c;
       int lr = f.div_s.div(tap), ls = tap - lr * f.s;
       const int w_col0 = f.tap0 * a.c;  // the phase's first weight column
       // Not unrolled: a call after the L2 is evicted fetches the code it runs
