@@ -12,43 +12,48 @@
 namespace customconv {
 namespace {
 
-constexpr int kTile = 64;
-constexpr int kRowsPerPass = 8;  // the block is kTile / 2 x kRowsPerPass threads
+constexpr int kRowsPerPass = 8;  // the block is 32 x kRowsPerPass threads
+// Elements a thread moves in one 8-byte access (kVector<T>), and the side of
+// a tile: a warp's 32 accesses along one row.
+template <typename T>
+constexpr int kVector = 8 / int(sizeof(T));
+template <typename T>
+constexpr int kTile = 32 * kVector<T>;
 
 // out[b, j, i] = in[b, i, j] for in (batch, rows, cols), both contiguous;
-// its kTile x kTile tiles counted on the host (32-bit: the kernel decodes a
-// tile's coordinates with two 32-bit divisions).
+// its tiles counted on the host (32-bit: the kernel decodes a tile's
+// coordinates with two 32-bit divisions).
 struct Transpose {
   const void* in;
   void* out;
   int64_t rows, cols;
   uint32_t row_tiles, col_tiles, tiles;
-  bool pairs;  // rows and columns even, both sides aligned to a pair (pairs_fit)
+  bool vectors;  // rows and columns whole vectors, both sides 8-byte aligned (vectors_fit)
 };
 struct Transposes {
   Transpose first, second;  // second: none where first.tiles == total
   uint32_t total;
 };
 
-// Each block moves kTile x kTile tiles of the jobs' matrices, numbered over
-// both jobs one after the other (job, matrix, row tile, column tile; a grid
-// stride loop covers more tiles than blocks). Thread (x, y) reads the
-// elements (i0 + y + 8k, j0 + 2x and + 1) for k = 0..7 (a warp reads 64
-// neighbours of one input row), stores them in shared memory, and after the
-// barrier writes the elements (j0 + y + 8k, i0 + 2x and + 1) of the output
-// (64 neighbours of one output row a warp). Where the job's rows and
-// columns are even and both sides aligned (pairs_fit), each thread moves its
-// two neighbours as one access of P (4 bytes in 16-bit, 8 in float32), else
-// one element at a time: on an H200 one-element accesses (64 bytes a warp in
-// 16-bit) ran 16-bit copies at about a third of the device's copy rate. In
-// the second half, lanes x and x + 16 read elements 64 rows apart in one
-// column: the odd row length (kTile + 1) spreads a warp's 16-bit reads over
-// 32 banks; in float32 two lanes share a bank. T is an unsigned integer of
-// the element's size: the copy moves bits.
-template <typename T, typename P>
-__global__ void __launch_bounds__(kTile / 2 * kRowsPerPass) batched_transpose_kernel(Transposes jobs) {
-  static_assert(sizeof(P) == 2 * sizeof(T), "a pair of elements");
-  __shared__ T tile[kTile][kTile + 1];
+// Each block moves kTile x kTile tiles of the jobs' matrices (128 x 128 in
+// 16-bit, 64 x 64 in float32), numbered over both jobs one after the other
+// (job, matrix, row tile, column tile; a grid stride loop covers more tiles
+// than blocks). With V = kVector (4 in 16-bit, 2 in float32), thread (x, y)
+// reads the elements (i0 + y + 8k, j0 + V x to V x + V - 1) for each k (a
+// warp reads 32 V neighbours of one input row), stores them in shared
+// memory, and after the barrier writes the elements (j0 + y + 8k, i0 + V x
+// to V x + V - 1) of the output (32 V neighbours of one output row a warp).
+// Where the job's rows and columns are whole vectors and both sides 8-byte
+// aligned (vectors_fit), each thread moves its V neighbours in one 8-byte
+// access, else one element at a time. On an H200 (N=32), 16-bit copies of
+// 128 channels at 56x56 ran at 1450 GB/s with one 2-byte element a thread
+// and access, 2110 with pairs. The rows' odd length (kTile + 1) keeps the
+// second half's column reads to two lanes a bank. T is an unsigned integer
+// of the element's size: the copy moves bits.
+template <typename T>
+__global__ void __launch_bounds__(32 * kRowsPerPass) batched_transpose_kernel(Transposes jobs) {
+  constexpr int V = kVector<T>, kSide = kTile<T>;
+  __shared__ T tile[kSide][kSide + 1];
   for (uint32_t t = blockIdx.x; t < jobs.total; t += gridDim.x) {
     const bool second = t >= jobs.first.tiles;
     const Transpose job = second ? jobs.second : jobs.first;
@@ -56,43 +61,46 @@ __global__ void __launch_bounds__(kTile / 2 * kRowsPerPass) batched_transpose_ke
     const uint32_t per_matrix = job.row_tiles * job.col_tiles;
     const uint32_t b = rest / per_matrix, r = rest - b * per_matrix;
     const uint32_t it = r / job.col_tiles, jt = r - it * job.col_tiles;
-    const int64_t i0 = int64_t(it) * kTile, j0 = int64_t(jt) * kTile;
+    const int64_t i0 = int64_t(it) * kSide, j0 = int64_t(jt) * kSide;
     const T* src = static_cast<const T*>(job.in) + int64_t(b) * job.rows * job.cols;
     T* dst = static_cast<T*>(job.out) + int64_t(b) * job.rows * job.cols;
-    const int64_t j = j0 + 2 * threadIdx.x;
+    const int64_t j = j0 + V * threadIdx.x;
 #pragma unroll
-    for (int k = 0; k < kTile; k += kRowsPerPass) {
+    for (int k = 0; k < kSide; k += kRowsPerPass) {
       const int64_t i = i0 + threadIdx.y + k;
       if (i >= job.rows) break;
-      T* to = &tile[threadIdx.y + k][2 * threadIdx.x];
-      if (job.pairs) {
+      T* to = &tile[threadIdx.y + k][V * threadIdx.x];
+      if (job.vectors) {
         if (j < job.cols) {
-          const P pair = *reinterpret_cast<const P*>(src + i * job.cols + j);
-          to[0] = reinterpret_cast<const T*>(&pair)[0];
-          to[1] = reinterpret_cast<const T*>(&pair)[1];
+          const uint2 v = *reinterpret_cast<const uint2*>(src + i * job.cols + j);
+#pragma unroll
+          for (int e = 0; e < V; ++e) to[e] = reinterpret_cast<const T*>(&v)[e];
         }
       } else {
-        if (j < job.cols) to[0] = src[i * job.cols + j];
-        if (j + 1 < job.cols) to[1] = src[i * job.cols + j + 1];
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          if (j + e < job.cols) to[e] = src[i * job.cols + j + e];
+        }
       }
     }
     __syncthreads();
-    const int64_t i = i0 + 2 * threadIdx.x;
+    const int64_t i = i0 + V * threadIdx.x;
 #pragma unroll
-    for (int k = 0; k < kTile; k += kRowsPerPass) {
+    for (int k = 0; k < kSide; k += kRowsPerPass) {
       const int64_t jj = j0 + threadIdx.y + k;
       if (jj >= job.cols) break;
-      const T lo = tile[2 * threadIdx.x][threadIdx.y + k];
-      if (job.pairs) {
+      if (job.vectors) {
         if (i < job.rows) {
-          P pair;
-          reinterpret_cast<T*>(&pair)[0] = lo;
-          reinterpret_cast<T*>(&pair)[1] = tile[2 * threadIdx.x + 1][threadIdx.y + k];
-          *reinterpret_cast<P*>(dst + jj * job.rows + i) = pair;
+          uint2 v;
+#pragma unroll
+          for (int e = 0; e < V; ++e) reinterpret_cast<T*>(&v)[e] = tile[V * threadIdx.x + e][threadIdx.y + k];
+          *reinterpret_cast<uint2*>(dst + jj * job.rows + i) = v;
         }
       } else {
-        if (i < job.rows) dst[jj * job.rows + i] = lo;
-        if (i + 1 < job.rows) dst[jj * job.rows + i + 1] = tile[2 * threadIdx.x + 1][threadIdx.y + k];
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          if (i + e < job.rows) dst[jj * job.rows + i + e] = tile[V * threadIdx.x + e][threadIdx.y + k];
+        }
       }
     }
     __syncthreads();  // the tile is reused by the next iteration
@@ -102,21 +110,26 @@ __global__ void __launch_bounds__(kTile / 2 * kRowsPerPass) batched_transpose_ke
 // The most tiles one launch numbers.
 constexpr int64_t kMaxTiles = std::numeric_limits<uint32_t>::max();
 
+// The side of the kernel's tiles for t's elements (kTile).
+int64_t tile_side(const at::Tensor& t) {
+  return t.element_size() == 2 ? kTile<uint16_t> : kTile<uint32_t>;
+}
+
 // t's tiles (NCHW <-> channels_last of a 4-D tensor: per image, a (C, H*W)
 // or (H*W, C) matrix), or -1 where there are more than kMaxTiles.
 int64_t tile_count(const at::Tensor& t) {
-  const int64_t n = t.size(0), c = t.size(1), hw = t.size(2) * t.size(3);
-  const int64_t tiles = n * ((c + kTile - 1) / kTile) * ((hw + kTile - 1) / kTile);
+  const int64_t n = t.size(0), c = t.size(1), hw = t.size(2) * t.size(3), side = tile_side(t);
+  const int64_t tiles = n * ((c + side - 1) / side) * ((hw + side - 1) / side);
   return tiles <= kMaxTiles ? tiles : -1;
 }
 
 // Whether the kernel moves t's elements (dense, kernel_takes) into `out` in
-// pairs: C and H * W even, both sides' data aligned to a pair.
-bool pairs_fit(const at::Tensor& t, const void* out) {
-  const int64_t pair = 2 * t.element_size();
-  return t.size(1) % 2 == 0 && (t.size(2) * t.size(3)) % 2 == 0 &&
-         reinterpret_cast<uintptr_t>(t.const_data_ptr()) % pair == 0 &&
-         reinterpret_cast<uintptr_t>(out) % pair == 0;
+// 8-byte vectors: C and H * W multiples of a vector, both sides' data 8-byte
+// aligned.
+bool vectors_fit(const at::Tensor& t, const void* out) {
+  const int64_t v = 8 / t.element_size();
+  return t.size(1) % v == 0 && (t.size(2) * t.size(3)) % v == 0 &&
+         reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0;
 }
 
 // Whether the transpose kernel changes t into `format`: a 4-D CUDA tensor of
@@ -136,18 +149,19 @@ Transpose job_of(const at::Tensor& t, void* out, at::MemoryFormat format) {
   const int64_t c = t.size(1), hw = t.size(2) * t.size(3);
   const bool to_channels_last = format == at::MemoryFormat::ChannelsLast;
   const int64_t rows = to_channels_last ? c : hw, cols = to_channels_last ? hw : c;
-  return {t.const_data_ptr(), out, rows, cols, uint32_t((rows + kTile - 1) / kTile),
-          uint32_t((cols + kTile - 1) / kTile), uint32_t(tile_count(t)), pairs_fit(t, out)};
+  const int64_t side = tile_side(t);
+  return {t.const_data_ptr(), out, rows, cols, uint32_t((rows + side - 1) / side),
+          uint32_t((cols + side - 1) / side), uint32_t(tile_count(t)), vectors_fit(t, out)};
 }
 
 void launch(const Transposes& jobs, int64_t element_size) {
   const dim3 grid(unsigned(std::min<int64_t>(jobs.total, std::numeric_limits<int>::max())));
-  const dim3 block(kTile / 2, kRowsPerPass);
+  const dim3 block(32, kRowsPerPass);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   if (element_size == 2) {
-    batched_transpose_kernel<uint16_t, uint32_t><<<grid, block, 0, stream>>>(jobs);
+    batched_transpose_kernel<uint16_t><<<grid, block, 0, stream>>>(jobs);
   } else {
-    batched_transpose_kernel<uint32_t, uint2><<<grid, block, 0, stream>>>(jobs);
+    batched_transpose_kernel<uint32_t><<<grid, block, 0, stream>>>(jobs);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
