@@ -28,7 +28,10 @@ struct Transpose {
   void* out;
   int64_t rows, cols;
   uint32_t row_tiles, col_tiles, tiles;
-  bool vectors;  // rows and columns whole vectors, both sides 8-byte aligned (vectors_fit)
+  // Whether the rows are read (columns a whole number of vectors, `in`
+  // 8-byte aligned) and written (rows a whole number of vectors, `out`
+  // aligned) in vectors: vectors_fit.
+  bool read_vectors, write_vectors;
 };
 struct Transposes {
   Transpose first, second;  // second: none where first.tiles == total
@@ -43,9 +46,11 @@ struct Transposes {
 // warp reads 32 V neighbours of one input row), stores them in shared
 // memory, and after the barrier writes the elements (j0 + y + 8k, i0 + V x
 // to V x + V - 1) of the output (32 V neighbours of one output row a warp).
-// Where the job's rows and columns are whole vectors and both sides 8-byte
-// aligned (vectors_fit), each thread moves its V neighbours in one 8-byte
-// access, else one element at a time. On an H200 (N=32), 16-bit copies of
+// Where the job's columns are whole vectors and its input 8-byte aligned
+// (vectors_fit), each thread reads its V neighbours in one 8-byte access,
+// else one element at a time; the same for the writes where the rows are
+// whole vectors and the output aligned (7x7 planes, 49 positions, move in
+// vectors on one side). On an H200 (N=32), 16-bit copies of
 // 128 channels at 56x56 ran at 1450 GB/s with one 2-byte element a thread
 // and access, 2110 with pairs. The rows' odd length (kTile + 1) keeps the
 // second half's column reads to two lanes a bank. T is an unsigned integer
@@ -70,7 +75,7 @@ __global__ void __launch_bounds__(32 * kRowsPerPass) batched_transpose_kernel(Tr
       const int64_t i = i0 + threadIdx.y + k;
       if (i >= job.rows) break;
       T* to = &tile[threadIdx.y + k][V * threadIdx.x];
-      if (job.vectors) {
+      if (job.read_vectors) {
         if (j < job.cols) {
           const uint2 v = *reinterpret_cast<const uint2*>(src + i * job.cols + j);
 #pragma unroll
@@ -89,7 +94,7 @@ __global__ void __launch_bounds__(32 * kRowsPerPass) batched_transpose_kernel(Tr
     for (int k = 0; k < kSide; k += kRowsPerPass) {
       const int64_t jj = j0 + threadIdx.y + k;
       if (jj >= job.cols) break;
-      if (job.vectors) {
+      if (job.write_vectors) {
         if (i < job.rows) {
           uint2 v;
 #pragma unroll
@@ -123,13 +128,11 @@ int64_t tile_count(const at::Tensor& t) {
   return tiles <= kMaxTiles ? tiles : -1;
 }
 
-// Whether the kernel moves t's elements (dense, kernel_takes) into `out` in
-// 8-byte vectors: C and H * W multiples of a vector, both sides' data 8-byte
-// aligned.
-bool vectors_fit(const at::Tensor& t, const void* out) {
-  const int64_t v = 8 / t.element_size();
-  return t.size(1) % v == 0 && (t.size(2) * t.size(3)) % v == 0 &&
-         reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0;
+// Whether the kernel reads a matrix of `rows` x `cols` from `in` (or writes
+// its transpose to it: rows and cols swapped) in 8-byte vectors: the row
+// length a whole number of vectors, `in` 8-byte aligned.
+bool vectors_fit(const void* in, int64_t cols, int64_t element_size) {
+  return cols % (8 / element_size) == 0 && reinterpret_cast<uintptr_t>(in) % 8 == 0;
 }
 
 // Whether the transpose kernel changes t into `format`: a 4-D CUDA tensor of
@@ -151,7 +154,8 @@ Transpose job_of(const at::Tensor& t, void* out, at::MemoryFormat format) {
   const int64_t rows = to_channels_last ? c : hw, cols = to_channels_last ? hw : c;
   const int64_t side = tile_side(t);
   return {t.const_data_ptr(), out, rows, cols, uint32_t((rows + side - 1) / side),
-          uint32_t((cols + side - 1) / side), uint32_t(tile_count(t)), vectors_fit(t, out)};
+          uint32_t((cols + side - 1) / side), uint32_t(tile_count(t)),
+          vectors_fit(t.const_data_ptr(), cols, t.element_size()), vectors_fit(out, rows, t.element_size())};
 }
 
 void launch(const Transposes& jobs, int64_t element_size) {

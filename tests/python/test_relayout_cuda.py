@@ -24,7 +24,7 @@ DTYPES = [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id
 # several tiles (128 x 128 in 16-bit, 64 x 64 in float32); all above the tiny problems' bound (tiny_direct.h), whose one-launch
 # kernels read NCHW in place.
 SHAPES = [(2, 96, 24, 20, 32), (2, 132, 30, 30, 44), (2, 66, 20, 24, 22), (4, 9, 63, 65, 3), (3, 130, 9, 15, 26),
-          (2, 27, 40, 40, 9), (1, 192, 33, 34, 64)]
+          (2, 27, 40, 40, 9), (1, 192, 33, 34, 64), (8, 132, 7, 7, 44)]
 
 
 @pytest.mark.parametrize("offset", [False, True], ids=["aligned", "offset"])
