@@ -1,9 +1,9 @@
 """The layout changes between NCHW and channels_last on CUDA
 (ops/common/relayout_cuda.h): the kernels that read channels_last take NCHW
 data through one transpose kernel, and give NCHW results back through it.
-Here through the grouped direct kernels (any channel count, exact), whose
-result and gradients on NCHW tensors must equal, bit for bit, those on the
-same values stored channels_last: channel and plane sizes even and odd (the
+Here through grouped layers of 3 and 5 channels a group (the forward on the
+grouped direct kernels, exact), whose result and gradients on NCHW tensors
+must equal, bit for bit, those on the same values stored channels_last: channel and plane sizes even and odd (the
 kernel moves 8 bytes of neighbouring elements at a time where both are
 multiples of 4 elements in 16-bit, of 2 in float32, and the data aligned,
 single elements otherwise, and one launch can do both: the input and the
@@ -21,8 +21,9 @@ pytestmark = cuda
 DTYPES = [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id="bf16"),
           pytest.param(torch.float32, id="f32")]
 # (N, C, H, W, groups): C and H * W multiples of 4, even, odd, and mixed;
-# several tiles (128 x 128 in 16-bit, 64 x 64 in float32); all above the tiny problems' bound (tiny_direct.h), whose one-launch
-# kernels read NCHW in place.
+# several tiles (128 x 128 in 16-bit, 64 x 64 in float32); all above the
+# tiny problems' bound (tiny_direct.h), whose one-launch kernels read NCHW in
+# place.
 SHAPES = [(2, 96, 24, 20, 32), (2, 132, 30, 30, 44), (2, 66, 20, 24, 22), (4, 9, 63, 65, 3), (3, 130, 9, 15, 26),
           (2, 27, 40, 40, 9), (1, 192, 33, 34, 64), (8, 132, 7, 7, 44)]
 
