@@ -78,6 +78,18 @@ bool strided_pointwise_forward(const at::Tensor& input, const Conv2dShape<int64_
   return true;
 }
 
+// float32 groups of 8 with a stride go to the Hopper forward of merged
+// groups before the grouped tensor-core kernels (implicit_gemm.h's
+// hopper_grouped_forward_first).
+bool grouped_hopper_first(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+#ifdef CUSTOMCONV_WITH_CUTLASS
+  return hopper_grouped_forward_first(input, s);
+#else
+  (void)input, (void)s;
+  return false;
+#endif
+}
+
 }  // namespace
 
 std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::Tensor& weight,
@@ -105,8 +117,11 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
     // 128 ch at 56x56 (4 a group) 94.8 / 84.5, 256 at 28x28 53.5 / 47.4, 256
     // at 56x56 stride 2 70.7 / 69.3; float16 65.8 / 59.4, 38.3 (tiled) /
     // 32.9, 44.7 / 39.3, 512 at 28x28 stride 2 29.0 / 22.9, 512 at 14x14
-    // 24.3 (tiled) / 19.8.
-    if (auto out = grouped_mma_conv2d(input, weight, bias, s)) return out;
+    // 24.3 (tiled) / 19.8. On sm_90, float32 groups of 8 with a stride go
+    // to the Hopper forward of merged groups first (grouped_hopper_first).
+    if (!grouped_hopper_first(input, s)) {
+      if (auto out = grouped_mma_conv2d(input, weight, bias, s)) return out;
+    }
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS
   if (auto out = implicit_gemm_conv2d(input, weight, bias, s)) return out;
@@ -132,7 +147,7 @@ std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
   // Pointwise layers with relu or none: one cuBLASLt product, the residual its
   // C operand (pointwise_fused_lt.h).
   if (auto out = pointwise_fused_lt_cuda(input, weight, bias, s, epilogue)) return out;
-  if (s.groups > 1) {  // as in the forward
+  if (s.groups > 1 && (epilogue.has_residual() || !grouped_hopper_first(input, s))) {  // as in the forward
     if (auto out = grouped_mma_conv2d(input, weight, bias, s, &epilogue)) return out;
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS

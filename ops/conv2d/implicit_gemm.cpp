@@ -8,6 +8,7 @@
 #include "ops/common/relayout_cuda.h"
 #include "ops/conv2d/block_diagonal_weight.h"
 #include "ops/conv2d/conv2d.h"
+#include "ops/conv2d/halo_plan.h"
 #include "ops/conv2d/rotated_weight.h"
 #include "ops/conv2d/space_to_depth_cuda.h"
 
@@ -388,6 +389,21 @@ bool fprop_sm90_16bit(const at::Tensor& input, const implicit_gemm::ConvProblem&
   return input.scalar_type() == at::kHalf ? implicit_gemm::fprop_sm90_f16(pr)
                                           : implicit_gemm::fprop_sm90_bf16(pr);
 }
+
+// Groups merged for the Hopper forward (wgmma_fprop_plan): as many as make
+// 32 channels, in float32, where each group has as many input as output
+// channels, the merged groups divide the layer's and the
+// plan takes the merged problem, read as packed channels_last (as prepare
+// gives it), on the input's device; 0 otherwise.
+int64_t hopper_groups_merged(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  const int64_t cg = s.in.c / s.groups, width = 32;
+  if (input.scalar_type() != at::kFloat || !s.in.batched || cg != s.k / s.groups || width % cg != 0 || s.groups % (width / cg) != 0) return 0;
+  const int64_t gs = width / cg;
+  implicit_gemm::ConvProblem pr = geometry(input, s);
+  pr.groups = int(s.groups / gs);
+  if (!is_sm90(pr.device) || !implicit_gemm::wgmma_fprop_plan(pr, int(input.element_size())).take) return 0;
+  return gs;
+}
 #endif
 
 // The forward on prepared operands (channels_last input, merged groups), the
@@ -421,6 +437,9 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
   }
   if (s.groups > 1) {
     pr.groups = int(s.groups);
+#ifdef CUSTOMCONV_WITH_SM90A
+    if (fprop_sm90(input, pr, out)) return out;
+#endif
   } else {
     const int split = fprop_split_k(s, pr.device);
 #ifdef CUSTOMCONV_WITH_SM90A
@@ -456,7 +475,10 @@ std::optional<at::Tensor> forward(const at::Tensor& input, const at::Tensor& wei
   at::Tensor w = x->with.defined() ? x->with : weight;
   Conv2dShape<int64_t> merged = x->s;
   if (s.groups > 1) {
-    const int64_t gs = groups_merged(s);
+    int64_t gs = groups_merged(s);
+#ifdef CUSTOMCONV_WITH_SM90A
+    if (const int64_t hopper = hopper_groups_merged(x->t, x->s)) gs = hopper;
+#endif
     w = block_diagonal(weight, s.groups, gs);
     merged.groups = s.groups / gs;
   }
@@ -510,6 +532,20 @@ bool hopper_forward_takes(const at::Tensor& input, const Conv2dShape<int64_t>& s
   implicit_gemm::ConvProblem pr = geometry(input, s);
   set_input_strides(pr, input);
   return implicit_gemm::wgmma_fprop_plan(pr, int(input.element_size())).take;
+#else
+  (void)input, (void)s;
+  return false;
+#endif
+}
+
+bool hopper_grouped_forward_first(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+#ifdef CUSTOMCONV_WITH_SM90A
+  if (input.scalar_type() != at::kFloat || !takes_dtype(input) || s.groups <= 1) return false;
+  const int64_t gs = hopper_groups_merged(input, s);
+  if (gs == 0) return false;
+  implicit_gemm::ConvProblem pr = geometry(input, s);
+  pr.groups = int(s.groups / gs);
+  return implicit_gemm::halo_shape(pr).take;
 #else
   (void)input, (void)s;
   return false;

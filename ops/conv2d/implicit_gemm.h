@@ -108,6 +108,15 @@ std::optional<at::Tensor> implicit_gemm_conv2d_fused(const at::Tensor& input, co
 // sm_90 device, a build with sm_90a code, float32 under PyTorch's TF32 policy
 // for convolutions or 16-bit, and wgmma_fprop_plan's conditions.
 bool hopper_forward_takes(const at::Tensor& input, const Conv2dShape<int64_t>& s);
+// Whether a grouped layer runs on the Hopper forward of merged groups
+// before the grouped tensor-core kernels (grouped_mma.h): float32 under
+// TF32, groups that merge into groups of 32 channels (hopper_groups_merged),
+// on an sm_90 device, where the kernel that loads a tile's input once for
+// its 9 taps takes the merged layer (halo_plan.h). On an H200 at N=32
+// (channels_last, us, grouped kernel / this): ResNeXt-50's 128 channels in
+// groups of 4 at 56x56 78.5 / 58.3, 256 in groups of 8 at 28x28 42.5 /
+// 33.9, at 56x56 stride 2 47.2 / 41.7 (bench/NOTES.md).
+bool hopper_grouped_forward_first(const at::Tensor& input, const Conv2dShape<int64_t>& s);
 std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad_output,
                                                           const at::Tensor& input,
                                                           const at::Tensor& weight,
@@ -158,7 +167,8 @@ struct ConvProblem {
   int split_k = 1;
   void* workspace = nullptr;
   // fprop only: groups, the weight (K, r, s, C / groups); each group's input
-  // and output channels a multiple of kGroupTile (no split-K).
+  // and output channels a multiple of kGroupTile (no split-K; the Hopper
+  // forward takes some of them: wgmma_fprop_plan).
   int groups = 1;
   // The fused forward's epilogue after the bias: `residual` (NPQK like
   // `output`, or null) added, then `activation`. fprop_fused_* apply both
@@ -271,7 +281,7 @@ struct WgmmaPlan {
   int split;
   Box box;
   bool im2col;     // tiles of 128 consecutive output positions (TMA's im2col mode), not boxes
-  int cols = 128;  // output channels a tile: 128, or 64 for layers of 40 to 64
+  int cols = 128;  // output channels a tile: 128, 64 for layers of 40 to 64, or a group's
   // The pingpong kernel (128-wide tiles, more tiles than multiprocessors;
   // in 16-bit without a residual): each consumer warpgroup owns whole tiles,
   // and one's epilogue runs beside the other's main loop.
@@ -285,16 +295,26 @@ struct WgmmaPlan {
   // where fewer rounds of them take less time.
   int rows = 128;
 };
+// Groups (merged: block_diagonal_weight.h) of 32 input and 32 output
+// channels in float32: a tile is one group's output channels, its reduction
+// that group's input channels (the zeros between the groups a merge puts in
+// are multiplied too), no split, no pingpong. (16-bit groups of 64 on
+// 64-wide tiles measured slower than the sm80-style kernels: H200, N=32,
+// float16, ResNeXt-50's 1024 channels in groups of 32 at 14x14 stride 2, 20
+// against 16 us.)
 inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   const bool wide = element_size == 2;  // 16-bit: 64 channels a step
   const bool pointwise = pr.r == 1 && pr.s == 1 && pr.stride_h == 1 && pr.stride_w == 1;
-  const int cols = pr.k > 32 && pr.k <= 64 ? 64 : 128;
+  const bool grouped = pr.groups > 1;
+  const int cg = grouped ? pr.c / pr.groups : pr.c;  // a group's input channels
+  if (grouped && (wide || pr.k != pr.c || cg != 32)) return {false, 1, {}, false};
+  const int cols = grouped ? cg : pr.k > 32 && pr.k <= 64 ? 64 : 128;
   // A strided view of the input (a packed stem's) is read through its
   // strides, which TMA needs in whole 16 bytes.
   bool strides_ok = true;
   for (const int64_t st : pr.input_strides) strides_ok = strides_ok && st * element_size % 16 == 0;
-  if ((element_size != 4 && !wide) || pr.groups != 1 || pointwise || !strides_ok ||
-      pr.c < cols || pr.c % (128 / element_size) != 0 || pr.k % 8 != 0 || pr.stride_h > 8 ||
+  if ((element_size != 4 && !wide) || pointwise || !strides_ok ||
+      cg < cols || cg % (128 / element_size) != 0 || pr.k % 8 != 0 || pr.stride_h > 8 ||
       pr.stride_w > 8) {
     return {false, 1, {}, false};
   }
@@ -309,8 +329,8 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   const int64_t box_tiles = box.tiles() * k_tiles;
   const int64_t im2col_tiles = (int64_t(pr.n) * pr.p * pr.q + 127) / 128 * k_tiles;
   // The 64-wide tiles run two blocks a multiprocessor, the 128-wide ones one.
-  const int64_t blocks = sms * (cols == 64 ? 2 : 1);
-  const int64_t steps = int64_t(pr.r) * pr.s * pr.c / (128 / element_size);
+  const int64_t blocks = sms * (cols <= 64 ? 2 : 1);
+  const int64_t steps = int64_t(pr.r) * pr.s * cg / (128 / element_size);
   // Rows of positions without the boxes' empty rows, where that takes less
   // time over the resident blocks, a last round in halves (the tail) counted
   // as half a round: ResNet-50's 128-channel 3x3 layers at N=32 have 224
@@ -319,11 +339,11 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   bool im2col =
       im2col_ok && half_rounds(im2col_tiles, blocks, steps) < half_rounds(box_tiles, blocks, steps);
   int64_t tiles = im2col ? im2col_tiles : box_tiles;
-  const bool split = 2 * tiles <= pr.multiprocessors;
+  const bool split = !grouped && 2 * tiles <= pr.multiprocessors;
   if (wide && split) return {false, 1, {}, false};
   // 16-bit: the pingpong kernel for short reductions (at most 8 steps: the
   // strided 1x1 layers of up to 512 input channels) without a residual.
-  const bool short_reduction = int64_t(pr.r) * pr.s * pr.c <= 8 * 64;
+  const bool short_reduction = int64_t(pr.r) * pr.s * cg <= 8 * 64;
   const bool pingpong =
       cols == 128 && tiles > sms && (!wide || (short_reduction && pr.residual == nullptr));
   // 16-bit cooperative 128-wide tiles: 192 rows of positions where their

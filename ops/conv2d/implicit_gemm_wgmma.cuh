@@ -85,11 +85,14 @@ constexpr int kRowBytes = 128;  // one reduction step of one row (a 128-byte swi
 constexpr int kStartBarrier = 8;
 
 // One k16 (k8 for TF32) instruction of an m64 x 128 tile (64 accumulators a
-// thread) or an m64 x 64 one (32).
+// thread), an m64 x 64 one (32), or in TF32 an m64 x 32 one (16).
 template <typename T, int kRegs>
 __device__ __forceinline__ void mma_step(float (&d)[kRegs], uint64_t a, uint64_t b, int acc) {
-  static_assert(kRegs == 64 || kRegs == 32, "m64 x 128 or m64 x 64");
-  if constexpr (kRegs == 64) {
+  static_assert(kRegs == 64 || kRegs == 32 || (kRegs == 16 && std::is_same_v<T, float>),
+                "m64 x 128, m64 x 64, or m64 x 32 in TF32");
+  if constexpr (kRegs == 16) {
+    wgmma::mma_m64n32k8_tf32(d, a, b, acc);
+  } else if constexpr (kRegs == 64) {
     if constexpr (std::is_same_v<T, __half>) {
       wgmma::mma_m64n128k16_f16(d, a, b, acc);
     } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -114,7 +117,12 @@ struct Args {
   const void* residual;  // like y, or null
   float* partial;        // split > 1: (split, n, p, q, k) float32 partial sums, written instead of y
   int split;             // reduction slices, each a whole number of steps (one phase only)
-  int n, k, c;           // images, output channels, input channels
+  int n, k, c;           // images, output channels, input channels (of a group)
+  // Groups (1: none). With groups, a tile's kN output channels are one
+  // group's and c its input channels: output-channel tile nt reads input
+  // channels nt * c to nt * c + c - 1 of the input's c * groups, and the
+  // weight is (K, taps * c).
+  int groups;
   int stride_h, stride_w, dilation_h, dilation_w;
   int bw, bh, bn;        // the box of output positions of a tile (bw * bh * bn <= kM)
   // 1 (one phase): a tile's rows are kM consecutive output positions in
@@ -253,7 +261,8 @@ struct Tile {
   static constexpr int kReleasers = kPingpong ? 4 : kConsumers / 32;
   static constexpr int kRegs = kN / 2;
   static_assert(!kPingpong || (kM == 128 && kN == 128), "pingpong: tiles of 128 x 128 (consume_pingpong)");
-  static_assert(kN == 128 || kN == 64, "the instructions are m64 x 128 or m64 x 64 (wgmma.cuh)");
+  static_assert(kN == 128 || kN == 64 || (kN == 32 && sizeof(T) == 4),
+                "the instructions are m64 x 128, m64 x 64, or m64 x 32 in TF32 (wgmma.cuh)");
   static_assert(kM == 64 || kM == 128 || kM == 192, "one to three consumer warpgroups");
   // The tail's parts of a tile (join_part): a consumer warpgroup's 64 rows
   // each, or (pingpong) a warpgroup's two 64-row blocks.
@@ -802,7 +811,7 @@ __device__ __forceinline__ void consume_pingpong(const Args& a, const CUtensorMa
 // Requires: c a multiple of Tile::kStep, k of 8, the maps of make_maps below,
 // Tile::kSmemBytes of dynamic shared memory, any number of blocks.
 template <typename T, int kM, int kN, int kStages, bool kPingpong = false>
-__global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads, kN == 64 ? 2 : 1)
+__global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads, kN <= 64 ? 2 : 1)
     fprop_tma_kernel(const __grid_constant__ CUtensorMap xmap,
                      const __grid_constant__ CUtensorMap wmap,
                      const __grid_constant__ CUtensorMap ymap, const Args a) {
@@ -858,6 +867,7 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
       int lc = c0 - tap * a.c;
       int lr = f.div_s.div(tap), ls = tap - lr * f.s;
       const int w_col0 = f.tap0 * a.c;  // the phase's first weight column
+      const int c_group = a.groups > 1 ? nt * a.c : 0;  // the tile's group's first input channel
       // Not unrolled: a call after the L2 is evicted fetches the code it runs
       // from memory, and at four steps a pass this loop was 16 KB of it.
 #pragma unroll 1
@@ -868,10 +878,10 @@ __global__ void __launch_bounds__(Tile<T, kM, kN, kStages, kPingpong>::kThreads,
         expect_bytes(bar, bytes);
         const uint32_t sa = base + uint32_t(st * Cfg::kStageBytes);
         if (a.im2col) {
-          load_im2col(sa, &xmap, lc, w0, h0, img, uint16_t(ls * a.dilation_w),
+          load_im2col(sa, &xmap, c_group + lc, w0, h0, img, uint16_t(ls * a.dilation_w),
                       uint16_t(lr * a.dilation_h), bar);
         } else {
-          load_4d(sa, &xmap, lc, w0 + ls * a.dilation_w, h0 + lr * a.dilation_h, n0, bar);
+          load_4d(sa, &xmap, c_group + lc, w0 + ls * a.dilation_w, h0 + lr * a.dilation_h, n0, bar);
         }
         load_2d(sa + uint32_t(Cfg::kStageA), &wmap, w_col0 + step * Cfg::kStep, nt * kN, bar);
         lc += Cfg::kStep;
@@ -1017,8 +1027,9 @@ constexpr CUtensorMapDataType map_type() {
 
 // The input's map (a box of the tile's pixels for one step, read every
 // stride-th pixel; with a.im2col, kM window corners in im2col traversal;
-// through a.xs where set) and the weight's (kN output channels x one step);
-// false where the driver refuses them.
+// through a.xs where set; c * a.groups channels) and the weight's (kN output
+// channels x one step of its taps * c columns); false where the driver
+// refuses them.
 template <typename T, int kN>
 bool make_maps(CUtensorMap* xmap, CUtensorMap* wmap, const void* x, const void* w, int n, int h, int wd, int c,
                int k, int taps, const Args& a) {
@@ -1026,11 +1037,12 @@ bool make_maps(CUtensorMap* xmap, CUtensorMap* wmap, const void* x, const void* 
   if (encode == nullptr) return false;
   constexpr int kStep = kRowBytes / int(sizeof(T));
   const cuuint64_t es = sizeof(T);
-  const cuuint64_t xdims[4] = {cuuint64_t(c), cuuint64_t(wd), cuuint64_t(h), cuuint64_t(n)};
+  const cuuint64_t xc = cuuint64_t(c) * (a.groups > 1 ? a.groups : 1);
+  const cuuint64_t xdims[4] = {xc, cuuint64_t(wd), cuuint64_t(h), cuuint64_t(n)};
   const bool packed = a.xs[0] == 0;
-  const cuuint64_t xstrides[3] = {packed ? c * es : cuuint64_t(a.xs[0]) * es,
-                                  packed ? cuuint64_t(wd) * c * es : cuuint64_t(a.xs[1]) * es,
-                                  packed ? cuuint64_t(h) * wd * c * es : cuuint64_t(a.xs[2]) * es};
+  const cuuint64_t xstrides[3] = {packed ? xc * es : cuuint64_t(a.xs[0]) * es,
+                                  packed ? cuuint64_t(wd) * xc * es : cuuint64_t(a.xs[1]) * es,
+                                  packed ? cuuint64_t(h) * wd * xc * es : cuuint64_t(a.xs[2]) * es};
   const cuuint32_t xstep[4] = {1, cuuint32_t(a.stride_w), cuuint32_t(a.stride_h), 1};
   if (a.im2col) {
     // The window corners the output positions start from: -pad to the last

@@ -52,7 +52,7 @@ inline unsigned long long next_join_tag() {
 }
 
 // Launches the kernel, tiles of 128 positions x kN output channels (128, or
-// 64 for layers of 40 to 64), on `a` (its box and phases set) over the
+// 64 for layers of 40 to 64, or a group's 32 or 64), on `a` (its box and phases set) over the
 // input x (n, h, w, c NHWC) and the weight w ((k, taps * c)); false (nothing
 // launched) where the device cannot run it or the driver refuses the tensor
 // maps. As many blocks run on a multiprocessor as fit (the grid is the
@@ -120,7 +120,7 @@ bool fprop_wgmma(const ConvProblem& pr) {
   a.y = pr.output, a.bias = pr.bias, a.residual = pr.residual, a.activation = pr.activation;
   a.partial = static_cast<float*>(pr.workspace), a.split = pr.split_k;
   if (pr.split_k == 1 && pr.workspace != nullptr) a.tail = plan.tail, a.join = pr.workspace;
-  a.n = pr.n, a.k = pr.k, a.c = pr.c;
+  a.n = pr.n, a.k = pr.k, a.groups = pr.groups, a.c = pr.c / pr.groups;
   for (int i = 0; i < 3; ++i) a.xs[i] = pr.input_strides[i];
   a.stride_h = pr.stride_h, a.stride_w = pr.stride_w;
   a.dilation_h = pr.dilation_h, a.dilation_w = pr.dilation_w;
@@ -133,7 +133,13 @@ bool fprop_wgmma(const ConvProblem& pr) {
   f.sw = pr.k, f.sh = pr.q * pr.k, f.sn = pr.p * pr.q * pr.k;
   const int taps = pr.r * pr.s;
   bool launched;
-  if (plan.cols == 64) {
+  if (plan.cols == 32) {  // (float32 groups of 32 channels only: wgmma_fprop_plan)
+    if constexpr (sizeof(T) == 4) {
+      launched = launch_wgmma<T, 32>(a, pr.input, pr.weight, pr.h, pr.w, taps, pr.device, pr.stream);
+    } else {
+      launched = false;
+    }
+  } else if (plan.cols == 64) {
     launched = launch_wgmma<T, 64>(a, pr.input, pr.weight, pr.h, pr.w, taps, pr.device, pr.stream);
   } else if (plan.rows == 192) {  // (16-bit only: wgmma_fprop_plan)
     if constexpr (sizeof(T) == 2) {
@@ -163,7 +169,7 @@ bool dgrad_phases_wgmma(const ConvProblem& pr) {
       stride_phases(pr.h, pr.w, pr.c, pr.r, pr.s, pr.pad_h, pr.pad_w, pr.stride_h, pr.stride_w);
   wgmma_fprop::Args a{};
   a.y = pr.input, a.activation = Activation::kIdentity, a.split = 1;
-  a.n = pr.n, a.k = pr.c, a.c = pr.k;  // the forward of grad_output: K in, C out
+  a.n = pr.n, a.k = pr.c, a.c = pr.k, a.groups = 1;  // the forward of grad_output: K in, C out
   a.stride_h = a.stride_w = a.dilation_h = a.dilation_w = 1;
   // One box for all phases: the first rows' phase has the most.
   const Box box = choose_box(pr.n, (pr.h + pr.stride_h - 1) / pr.stride_h,

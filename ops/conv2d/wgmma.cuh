@@ -142,4 +142,18 @@ CUSTOMCONV_WGMMA_M64N64(mma_m64n64k16_bf16, "m64n64k16.f32.bf16.bf16", "1, 1, 0,
 CUSTOMCONV_WGMMA_M64N64(mma_m64n64k8_tf32, "m64n64k8.f32.tf32.tf32", "1, 1")
 #undef CUSTOMCONV_WGMMA_M64N64
 
+// float32 (TF32) with B 32 columns wide: D (64 x 32, float32) in 16 registers
+// (the grouped forward's tiles of one merged group of 32 channels).
+__device__ __forceinline__ void mma_m64n32k8_tf32(float (&d)[16], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+      "}, %16, %17, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
 }  // namespace customconv::wgmma

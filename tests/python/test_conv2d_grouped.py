@@ -258,7 +258,9 @@ def test_tiny_grouped_gradients_take_the_direct_kernels(dtype, layout, gen):
 
 def mma_kernel_ran(fn):
     """fn's result and whether a tensor-core kernel for groups of 8
-    (grouped_mma.h) ran in it, or
+    (grouped_mma.h) ran in it, or on an sm_90 device the Hopper forward of
+    merged groups, which float32 groups of 8 with a stride take first
+    (implicit_gemm.h's hopper_grouped_forward_first), or
     the one-launch route for tiny NCHW problems
     (tiny_direct.h), which goes before every other; None where the profiler
     saw no kernel at all (under compute-sanitizer, which holds the profiling
@@ -270,7 +272,7 @@ def mma_kernel_ran(fn):
     if not names:
         return out, None
     return out, any(k in n for n in names for k in ("grouped_mma_forward_kernel", "grouped_mma16_forward_kernel",
-                                                    "tiny_forward_kernel"))
+                                                    "fprop_tma_kernel", "tiny_forward_kernel"))
 
 
 # The bound of a product's error: |got - want| <= tol * (|x| conv |w|) + 1e-6.
