@@ -12,10 +12,10 @@
 
 namespace customconv::implicit_gemm {
 
-constexpr int kHaloRows = 128;     // output positions a tile (two consumer warpgroups)
-constexpr int kHaloCols = 32;      // output channels a tile: one group's
-constexpr int kHaloRowBytes = 128; // one pixel's 32 float32 channels
-constexpr int kHaloTaps = 9;       // 3x3 windows only
+constexpr int kHaloRows = 128;      // output positions a tile (two consumer warpgroups)
+constexpr int kHaloCols = 32;       // output channels a tile: one group's
+constexpr int kHaloRowBytes = 128;  // one pixel's 32 float32 channels
+constexpr int kHaloTaps = 9;        // 3x3 windows only
 constexpr int kHaloTapBytes = kHaloCols * kHaloRowBytes;  // a tap's 32 x 32 weights
 constexpr size_t kHaloSmemLimit = 227 * 1024;
 constexpr size_t kHaloSmemFixed = 1024 + 64;  // alignment, barriers
@@ -43,8 +43,9 @@ struct HaloShape {
 inline HaloShape halo_shape(const ConvProblem& pr) {
   HaloShape sh;
   if (pr.groups <= 1 || pr.c != pr.k || pr.c / pr.groups != kHaloCols || pr.c % pr.groups != 0 ||
-      pr.dilation_h != 1 || pr.dilation_w != 1 || pr.stride_h < 1 || pr.stride_h > 2 || pr.stride_w < 1 ||
-      pr.stride_w > 2 || pr.r != 3 || pr.s != 3 || pr.p <= 0 || pr.q <= 0 || pr.n <= 0) {
+      pr.dilation_h != 1 || pr.dilation_w != 1 || pr.stride_h < 1 || pr.stride_h > 2 ||
+      pr.stride_w < 1 || pr.stride_w > 2 || pr.r != 3 || pr.s != 3 || pr.p <= 0 || pr.q <= 0 ||
+      pr.n <= 0) {
     return sh;
   }
   const int eh = 2 / pr.stride_h, ew = 2 / pr.stride_w;

@@ -392,12 +392,15 @@ bool fprop_sm90_16bit(const at::Tensor& input, const implicit_gemm::ConvProblem&
 
 // Groups merged for the Hopper forward (wgmma_fprop_plan): as many as make
 // 32 channels, in float32, where each group has as many input as output
-// channels, the merged groups divide the layer's and the
-// plan takes the merged problem, read as packed channels_last (as prepare
-// gives it), on the input's device; 0 otherwise.
+// channels, the merged groups divide the layer's and the plan takes the
+// merged problem, read as packed channels_last (as prepare gives it), on the
+// input's device; 0 otherwise.
 int64_t hopper_groups_merged(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   const int64_t cg = s.in.c / s.groups, width = 32;
-  if (input.scalar_type() != at::kFloat || !s.in.batched || cg != s.k / s.groups || width % cg != 0 || s.groups % (width / cg) != 0) return 0;
+  if (input.scalar_type() != at::kFloat || !s.in.batched || cg != s.k / s.groups || width % cg != 0 ||
+      s.groups % (width / cg) != 0) {
+    return 0;
+  }
   const int64_t gs = width / cg;
   implicit_gemm::ConvProblem pr = geometry(input, s);
   pr.groups = int(s.groups / gs);

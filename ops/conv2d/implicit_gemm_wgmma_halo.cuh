@@ -56,8 +56,8 @@ constexpr int kConsumers = 2 * kHaloRows, kThreads = kConsumers + 32;
 // tiles (halo_plan.h).
 struct HaloArgs {
   Args a;
-  int p, q;         // output plane
-  int sh, sw;       // strides (planes: sh x sw)
+  int p, q;    // output plane
+  int sh, sw;  // strides (planes: sh x sw)
   int pad_h, pad_w;
   int wp, hh;       // a plane's row pitch (pixels) and rows an image in a tile
   int bh, bn;       // output rows and images a tile
@@ -68,11 +68,10 @@ struct HaloArgs {
   FastDivide div_groups, div_th, div_wp, div_image;  // image: hh x wp
 };
 
-
 template <int kStages>
 __global__ void __launch_bounds__(kThreads, 1)
-    fprop_halo_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
-                      const HaloArgs h) {
+    fprop_halo_kernel(const __grid_constant__ CUtensorMap xmap,
+                      const __grid_constant__ CUtensorMap wmap, const HaloArgs h) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -100,7 +99,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll 1
     for (int t = blockIdx.x; t < h.tiles; t += gridDim.x, ++it) {
       const int box = h.div_groups.div(t), g = t - box * a.groups;
-      const int img_tile = h.div_th.div(box), y0 = (box - img_tile * h.th) * h.bh, n0 = img_tile * h.bn;
+      const int img_tile = h.div_th.div(box), y0 = (box - img_tile * h.th) * h.bh,
+                n0 = img_tile * h.bn;
       const int st = it % kStages;
       wgmma::barrier_wait(empty + 8u * st, ((it / kStages) & 1) ^ 1);
       const uint32_t bar = full + 8u * st;
@@ -137,7 +137,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll 1
   for (int t = blockIdx.x; t < h.tiles; t += gridDim.x, ++it) {
     const int box = h.div_groups.div(t), g = t - box * a.groups;
-    const int img_tile = h.div_th.div(box), y0 = (box - img_tile * h.th) * h.bh, n0 = img_tile * h.bn;
+    const int img_tile = h.div_th.div(box), y0 = (box - img_tile * h.th) * h.bh,
+              n0 = img_tile * h.bn;
     const int col0 = g * kCols + 2 * (lane & 3);
     float2 bias[kCols / 8];
     wgmma_fprop::load_bias<float, kCols>(a, col0, bias);
@@ -191,17 +192,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 // The planes' map (a tile's hh rows x wp pixels of one plane x 32 channels
 // x bn images, every sh-th row and sw-th pixel) and the weight's ((K, taps
 // x 32): 32 output channels x one tap); false where the driver refuses them.
-inline bool make_halo_maps(CUtensorMap* xmap, CUtensorMap* wmap, const ConvProblem& pr, const HaloArgs& h) {
+inline bool make_halo_maps(CUtensorMap* xmap, CUtensorMap* wmap, const ConvProblem& pr,
+                           const HaloArgs& h) {
   const wgmma_fprop::EncodeTiled encode = wgmma_fprop::encoder();
   if (encode == nullptr) return false;
   const cuuint64_t es = 4, c = cuuint64_t(pr.c);
   const cuuint64_t xdims[4] = {c, cuuint64_t(pr.w), cuuint64_t(pr.h), cuuint64_t(pr.n)};
-  const cuuint64_t xstrides[3] = {c * es, cuuint64_t(pr.w) * c * es, cuuint64_t(pr.h) * pr.w * c * es};
+  const cuuint64_t xstrides[3] = {c * es, cuuint64_t(pr.w) * c * es,
+                                  cuuint64_t(pr.h) * pr.w * c * es};
   const cuuint32_t xbox[4] = {cuuint32_t(kCols), cuuint32_t(h.wp * h.sw), cuuint32_t(h.hh * h.sh),
                               cuuint32_t(h.bn)};
   const cuuint32_t xstep[4] = {1, cuuint32_t(h.sw), cuuint32_t(h.sh), 1};
   if (encode(xmap, CU_TENSOR_MAP_DATA_TYPE_TFLOAT32, 4, pr.input, xdims, xstrides, xbox, xstep,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
     return false;
   }
@@ -211,7 +215,8 @@ inline bool make_halo_maps(CUtensorMap* xmap, CUtensorMap* wmap, const ConvProbl
   const cuuint32_t wbox[2] = {cuuint32_t(kCols), cuuint32_t(kCols)};
   const cuuint32_t wstep[2] = {1, 1};
   return encode(wmap, CU_TENSOR_MAP_DATA_TYPE_TFLOAT32, 2, pr.weight, wdims, wstrides, wbox, wstep,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -227,8 +232,10 @@ inline bool fprop_halo_f32(const ConvProblem& pr) {
   const HaloShape plan = halo_shape(pr);
   if (!plan.take || pr.split_k != 1 || pr.input_strides[0] != 0) return false;
   HaloArgs h{};
-  h.p = pr.p, h.q = pr.q, h.sh = pr.stride_h, h.sw = pr.stride_w, h.pad_h = pr.pad_h, h.pad_w = pr.pad_w;
-  h.wp = plan.wp, h.hh = plan.hh, h.bh = plan.bh, h.bn = plan.bn, h.th = plan.th, h.tiles = plan.tiles;
+  h.p = pr.p, h.q = pr.q, h.sh = pr.stride_h, h.sw = pr.stride_w, h.pad_h = pr.pad_h,
+  h.pad_w = pr.pad_w;
+  h.wp = plan.wp, h.hh = plan.hh, h.bh = plan.bh, h.bn = plan.bn, h.th = plan.th,
+  h.tiles = plan.tiles;
   h.plane_bytes = plan.plane_bytes, h.stage_bytes = plan.stage_bytes;
   h.div_groups = FastDivide::of(pr.groups), h.div_th = FastDivide::of(h.th);
   h.div_wp = FastDivide::of(h.wp), h.div_image = FastDivide::of(h.hh * h.wp);
