@@ -396,7 +396,7 @@ bool fprop_sm90_16bit(const at::Tensor& input, const implicit_gemm::ConvProblem&
 // merged problem, read as packed channels_last (as prepare gives it), on the
 // input's device; 0 otherwise.
 int64_t hopper_groups_merged(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
-  const int64_t cg = s.in.c / s.groups, width = 32;
+  const int64_t cg = s.in.c / s.groups, width = implicit_gemm::kGroupTile;
   if (input.scalar_type() != at::kFloat || !s.in.batched || cg != s.k / s.groups || width % cg != 0 ||
       s.groups % (width / cg) != 0) {
     return 0;

@@ -307,7 +307,7 @@ inline WgmmaPlan wgmma_fprop_plan(const ConvProblem& pr, int element_size) {
   const bool pointwise = pr.r == 1 && pr.s == 1 && pr.stride_h == 1 && pr.stride_w == 1;
   const bool grouped = pr.groups > 1;
   const int cg = grouped ? pr.c / pr.groups : pr.c;  // a group's input channels
-  if (grouped && (wide || pr.k != pr.c || cg != 32)) return {false, 1, {}, false};
+  if (grouped && (wide || pr.k != pr.c || cg != kGroupTile)) return {false, 1, {}, false};
   const int cols = grouped ? cg : pr.k > 32 && pr.k <= 64 ? 64 : 128;
   // A strided view of the input (a packed stem's) is read through its
   // strides, which TMA needs in whole 16 bytes.
