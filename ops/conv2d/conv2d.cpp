@@ -360,7 +360,11 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
           [&] { return pointwise_conv2d_grad_input(kernels.gemm, grad_output, weight_arg, s); })) {
     return *gi;
   }
-  const Plan p = make_plan(s, input_arg, Pass::kGradInput);
+  Plan p = make_plan(s, input_arg, Pass::kGradInput);
+  if (kernels.grad_input_column_bytes > 0 && p.per_image) {
+    p.chunk = std::clamp<int64_t>(kernels.grad_input_column_bytes / std::max<int64_t>(p.image_bytes, 1),
+                                  1, p.chunk);
+  }
   // (Allocated where a route below writes it: the forward route returns its own.)
   const auto new_gi = [&] {
     return at::empty({s.in.n, s.in.c, s.in.h, s.in.w}, input_arg.options());

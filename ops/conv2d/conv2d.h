@@ -104,6 +104,11 @@ struct Conv2dKernels {
   // (conv2d_grad_input_impl), where the device has a kernel for it; null:
   // flipped and transposed with ATen's ops.
   RotatedWeight rotated_weight = nullptr;
+  // The most bytes of per-image columns that a chunk of the input gradient's
+  // column route (conv2d_grad_input_impl) holds; 0: the workspace bound
+  // (workspace.h) alone. Its per-image GEMMs are as efficient in small
+  // chunks, so a device keeps the buffer well under the bound there.
+  int64_t grad_input_column_bytes = 0;
 };
 
 // The CPU's engines (engines_cpu.cpp): the grouped direct kernels
@@ -212,11 +217,20 @@ std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
 // GEMM and its separate bias add.
 bool cuda_small_pointwise(const at::Tensor& input, const Conv2dShape<int64_t>& s);
 
+// The input gradient's column route on CUDA takes NCHW layers that the
+// engines decline, such as RGB stems with more than 16 taps. On an H200 the
+// 7x7 stem at N=32 held its whole 147 x 12544-per-image column matrix, 113
+// MiB in float16 and 225 in float32 (cuDNN's whole backward: 74 and 128 MiB);
+// chunks of at most 32 MiB bound that call's extra memory to the chunk.
+constexpr int64_t kCudaGradInputColumnBytes = int64_t{32} << 20;
+
 inline Conv2dKernels cuda_conv2d_kernels() {
   return {cuda_column_kernels(), &batched_gemm_cuda, &gemm_parallelism_cuda,
           cuda_depthwise_kernels(),
           {&cuda_conv2d_engine, &cuda_conv2d_grad_input_engine, &cuda_conv2d_grad_weight_engine,
-           &cuda_conv2d_fused_engine, &cuda_small_pointwise}};
+           &cuda_conv2d_fused_engine, &cuda_small_pointwise},
+          /*rotated_weight=*/nullptr,
+          /*grad_input_column_bytes=*/kCudaGradInputColumnBytes};
 }
 #endif
 

@@ -135,6 +135,30 @@ def test_stem_grad_input_allocates_only_its_result(dtype, gen):
     assert extra <= 1 << 20, extra
 
 
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float16, id="f16"),
+                                   pytest.param(torch.float32, id="f32")])
+def test_nchw_stem_of_many_taps_takes_columns_in_bounded_chunks(dtype, gen):
+    # NCHW windows of more than 16 taps keep the column route. Its per-image
+    # columns (147 x 12544 elements: 3.5 MiB in float16, 7 in float32) go in
+    # chunks of at most 32 MiB, the last one partial: 9 images a chunk in
+    # float16, 4 in float32.
+    n = 11
+    x = make_tensor((n, 3, 224, 224), dtype, "cuda", gen=gen)
+    w = make_tensor((64, 3, 7, 7), dtype, "cuda", gen=gen)
+    go = make_tensor((n, 64, 112, 112), dtype, "cuda", gen=gen)
+    args = ([2, 2], [3, 3], [1, 1])
+    ops.conv2d_grad_input(go, x, w, *args, 1)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    gi = ops.conv2d_grad_input(go, x, w, *args, 1)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - before - gi.numel() * gi.element_size()
+    assert extra <= 33 << 20, extra
+    assert gi.is_contiguous()
+    check(gi, grad_reference(go, x, w, *args), dtype, "nchw 7x7", tf32=True)
+
+
 @pytest.mark.parametrize("case", ["channels-5", "groups-2", "channels_last-10-outputs"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_declined_layers_keep_the_other_routes(dtype, case, gen):
