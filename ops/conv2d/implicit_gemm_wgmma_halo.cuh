@@ -68,6 +68,16 @@ struct HaloArgs {
   FastDivide div_groups, div_th, div_wp, div_image;  // image: hh x wp
 };
 
+// Tile t's merged group, first output row and first image: tiles run group
+// fastest, then down the plane's row boxes, then over the image tiles.
+struct HaloTile {
+  int g, y0, n0;
+};
+__device__ __forceinline__ HaloTile halo_tile_at(const HaloArgs& h, int t) {
+  const int box = h.div_groups.div(t), img_tile = h.div_th.div(box);
+  return {t - box * h.a.groups, (box - img_tile * h.th) * h.bh, img_tile * h.bn};
+}
+
 template <int kStages>
 __global__ void __launch_bounds__(kThreads, 1)
     fprop_halo_kernel(const __grid_constant__ CUtensorMap xmap,
@@ -98,9 +108,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int it = 0;
 #pragma unroll 1
     for (int t = blockIdx.x; t < h.tiles; t += gridDim.x, ++it) {
-      const int box = h.div_groups.div(t), g = t - box * a.groups;
-      const int img_tile = h.div_th.div(box), y0 = (box - img_tile * h.th) * h.bh,
-                n0 = img_tile * h.bn;
+      const auto [g, y0, n0] = halo_tile_at(h, t);
       const int st = it % kStages;
       wgmma::barrier_wait(empty + 8u * st, ((it / kStages) & 1) ^ 1);
       const uint32_t bar = full + 8u * st;
@@ -136,9 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int it = 0;
 #pragma unroll 1
   for (int t = blockIdx.x; t < h.tiles; t += gridDim.x, ++it) {
-    const int box = h.div_groups.div(t), g = t - box * a.groups;
-    const int img_tile = h.div_th.div(box), y0 = (box - img_tile * h.th) * h.bh,
-              n0 = img_tile * h.bn;
+    const auto [g, y0, n0] = halo_tile_at(h, t);
     const int col0 = g * kCols + 2 * (lane & 3);
     float2 bias[kCols / 8];
     wgmma_fprop::load_bias<float, kCols>(a, col0, bias);
