@@ -52,6 +52,17 @@ class Record:
     tflops: Optional[float] = None  # compute-bound ops (conv2d): our achieved TFLOP/s
 
 
+def sleep_cycles_per_us() -> float:
+    """Cycles of torch.cuda._sleep per microsecond on this device, measured."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1 << 20)
+    start.record()
+    torch.cuda._sleep(1 << 22)
+    end.record()
+    torch.cuda.synchronize()
+    return (1 << 22) / (start.elapsed_time(end) * 1e3)
+
+
 class Timer:
     """Time of a callable on one device: the fastest of `rounds` medians of many repetitions.
 
@@ -85,18 +96,7 @@ class Timer:
             l2 = torch.cuda.get_device_properties(0).L2_cache_size
             self.flush = torch.ones(max(4 * l2, 64 << 20) // 4, dtype=torch.float32, device="cuda")
             self.flush_sum = torch.empty((), dtype=torch.float32, device="cuda")
-            self.cycles_per_us = self._sleep_rate()
-
-    @staticmethod
-    def _sleep_rate() -> float:
-        """Cycles of torch.cuda._sleep per microsecond on this device, measured."""
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(1 << 20)
-        start.record()
-        torch.cuda._sleep(1 << 22)
-        end.record()
-        torch.cuda.synchronize()
-        return (1 << 22) / (start.elapsed_time(end) * 1e3)
+            self.cycles_per_us = sleep_cycles_per_us()
 
     def _fit_sleep(self, fn: Callable[[], object]) -> int:
         """The sleep, in cycles, that keeps the device behind the host for fn (see the class)."""

@@ -34,20 +34,10 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python_stub"))
 import customconv  # noqa: E402
-from e2e import LAYOUTS, MODELS, make_base  # noqa: E402  (bench/ is the script's directory)
+from bench import sleep_cycles_per_us  # noqa: E402  (bench/ is the script's directory)
+from e2e import LAYOUTS, MODELS, make_base  # noqa: E402
 
 PARTS = ("forward", "backward", "optimizer", "step")
-
-
-def sleep_cycles_per_us() -> float:
-    """Cycles of torch.cuda._sleep per microsecond on this device, measured."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(1 << 20)
-    start.record()
-    torch.cuda._sleep(1 << 22)
-    end.record()
-    torch.cuda.synchronize()
-    return (1 << 22) / (start.elapsed_time(end) * 1e3)
 
 
 def stepper(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], Dict[str, float]]:
