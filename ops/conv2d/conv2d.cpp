@@ -362,8 +362,8 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
   }
   Plan p = make_plan(s, input_arg, Pass::kGradInput);
   if (kernels.grad_input_column_bytes > 0 && p.per_image) {
-    p.chunk = std::clamp<int64_t>(kernels.grad_input_column_bytes / std::max<int64_t>(p.image_bytes, 1),
-                                  1, p.chunk);
+    const int64_t fit = kernels.grad_input_column_bytes / std::max<int64_t>(p.image_bytes, 1);
+    p.chunk = std::clamp<int64_t>(fit, 1, p.chunk);
   }
   // (Allocated where a route below writes it: the forward route returns its own.)
   const auto new_gi = [&] {
