@@ -4,8 +4,9 @@ the backward (zero_grad included) and optimizer.step.
 
 At N=32 the training steps of resnet50, mobilenet_v2 and efficientnet_b0 are
 bound by the host on both sides (the device runs each kernel as soon as it
-is queued), so the step's time is the host's. Back-to-back timings then follow the host's speed, which on a
-shared machine moves by 10-20% from one minute to the next. Here the device
+is queued), so the step's time is the host's. Back-to-back timings then
+follow the host's speed, which on a shared machine moves by 10-20% from one
+minute to the next. Here the device
 is held in a sleep kernel, longer than the step takes to issue, while the
 host issues one step: the time until the last call returns is the host's
 cost alone, with no wait on the device. The two sides' steps are taken in
@@ -40,7 +41,8 @@ from e2e import LAYOUTS, MODELS, make_base  # noqa: E402
 PARTS = ("forward", "backward", "optimizer", "step")
 
 
-def stepper(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], Dict[str, float]]:
+def stepper(model: torch.nn.Module, x: torch.Tensor,
+            y: torch.Tensor) -> Callable[[], Dict[str, float]]:
     """One SGD step of `model`, returning each part's host time in ms."""
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
