@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "ops/common/strided_view.h"
+
 namespace customconv {
 namespace {
 
@@ -196,13 +198,9 @@ std::pair<at::Tensor, at::Tensor> to_channels_last_together(const at::Tensor& a,
   const int64_t a_bytes = (a.numel() * es + kAlignment - 1) / kAlignment * kAlignment;
   const at::Tensor buffer = at::empty({a_bytes + b.numel() * es}, a.options().dtype(at::kByte));
   const auto view = [&](const at::Tensor& t, int64_t offset) {
-    // (N, C, H, W) over bytes [offset, ...) of the buffer, channels_last: a
-    // tensor on the buffer's storage, made without a dispatcher call.
+    // (N, C, H, W) over bytes [offset, ...) of the buffer, channels_last.
     const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
-    at::Tensor v = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(buffer.storage()),
-                                                            buffer.key_set(), t.dtype());
-    v.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), {h * w * c, 1, w * c, c}, offset / es);
-    return v;
+    return strided_view(buffer, t.sizes(), {h * w * c, 1, w * c, c}, offset / es, t.dtype());
   };
   at::Tensor ca = view(a, 0), cb = view(b, a_bytes);
   const Transpose first = job_of(a, ca.mutable_data_ptr(), kCl), second = job_of(b, cb.mutable_data_ptr(), kCl);

@@ -7,6 +7,7 @@
 
 #include "ops/common/conv_shapes.h"
 #include "ops/common/launch.h"
+#include "ops/common/strided_view.h"
 #include "ops/common/workspace.h"
 #include "ops/conv2d/phase_taps.h"
 
@@ -63,17 +64,19 @@ Plan make_plan(const Conv2dShape<int64_t>& s, const at::Tensor& input, Pass pass
   return p;
 }
 
-// The views below are made with one as_strided call each, not chains of
-// narrow, view and permute: each view is a dispatcher call, about a
-// microsecond of host time, which small layers pay in full.
+// The routes' operands are views made without the dispatcher
+// (strided_view.h): an ATen view is a dispatcher call, a microsecond or more
+// of host time, and these routes take a few per image, group or chunk.
 
 // The column buffer of a chunk of nc images, in the plan's layout, and that
 // layout as im2col/col2im strides.
 at::Tensor columns_view(const at::Tensor& buffer, const Plan& p, int64_t nc) {
   const int64_t plane = p.rows_g * p.length;
-  return p.per_image
-             ? buffer.as_strided({nc, p.g, p.rows_g, p.length}, {p.g * plane, plane, p.length, 1})
-             : buffer.as_strided({p.g, p.rows_g, nc * p.length}, {nc * plane, nc * p.length, 1});
+  const int64_t at = buffer.storage_offset();
+  return p.per_image ? strided_view(buffer, {nc, p.g, p.rows_g, p.length},
+                                    {p.g * plane, plane, p.length, 1}, at)
+                     : strided_view(buffer, {p.g, p.rows_g, nc * p.length},
+                                    {nc * plane, nc * p.length, 1}, at);
 }
 
 ColumnLayout columns_layout(const Plan& p, int64_t nc) {
@@ -86,14 +89,25 @@ ColumnLayout columns_layout(const Plan& p, int64_t nc) {
 at::Tensor grouped(const at::Tensor& t, const Plan& p, int64_t n0, int64_t nc) {
   TORCH_INTERNAL_ASSERT(t.is_contiguous());
   const int64_t per_group = t.size(1) / p.g, image = t.size(1) * p.length;
-  return t.as_strided({nc, p.g, per_group, p.length}, {image, per_group * p.length, p.length, 1},
+  return strided_view(t, {nc, p.g, per_group, p.length}, {image, per_group * p.length, p.length, 1},
                       t.storage_offset() + n0 * image);
 }
 
-// grad_output images [n0, n0 + nc) regrouped as (g, K/g, nc*L), the second layout.
-at::Tensor grad_output_rows(const at::Tensor& go, const Plan& p, int64_t n0, int64_t nc) {
-  const at::Tensor part = go.narrow(0, n0, nc);
-  if (nc == 1) return part.view({p.g, p.kg, p.length});
+// grad_output images [n0, n0 + nc) regrouped as (g, K/g, nc*L), the second
+// layout (go contiguous): one image in place, more by a copy.
+at::Tensor grad_output_rows(const Conv2dKernels& kernels, const at::Tensor& go, const Plan& p,
+                            int64_t n0, int64_t nc) {
+  const int64_t k = p.g * p.kg;
+  if (nc == 1) {
+    return strided_view(go, {p.g, p.kg, p.length}, {p.kg * p.length, p.length, 1},
+                        go.storage_offset() + n0 * k * p.length);
+  }
+  const at::Tensor part = leading_view(go, n0, nc);
+  if (kernels.route.swap_outer_dims != nullptr) {
+    at::Tensor rows = at::empty({p.g, p.kg, nc * p.length}, go.options());
+    kernels.route.swap_outer_dims(part, rows, nc, k, p.length);  // (nc, K, L) -> (K, nc, L)
+    return rows;
+  }
   return part.view({nc, p.g, p.kg, p.length})
       .permute({1, 2, 0, 3})
       .reshape({p.g, p.kg, nc * p.length});
@@ -105,16 +119,24 @@ at::Tensor grad_output_rows(const at::Tensor& go, const Plan& p, int64_t n0, int
 void gemm_per_image(const Conv2dKernels& kernels, const at::Tensor& a, const at::Tensor& b,
                     const at::Tensor& c) {
   const int64_t nc = b.size(0), g = b.size(1);
-  if (nc >= g) {
-    for (int64_t j = 0; j < g; ++j) kernels.gemm(a.select(1, j), b.select(1, j), c.select(1, j), false);
-  } else {
-    for (int64_t n = 0; n < nc; ++n) kernels.gemm(a.select(0, n), b.select(0, n), c.select(0, n), false);
+  const int64_t dim = nc >= g ? 1 : 0;
+  for (int64_t i = 0; i < (nc >= g ? g : nc); ++i) {
+    kernels.gemm(select_view(a, dim, i), select_view(b, dim, i), select_view(c, dim, i), false);
   }
 }
 
 // The weight (g, K/g, rows_g) as the shared `a` of gemm_per_image.
 at::Tensor shared(const at::Tensor& w, int64_t nc) {
-  return w.unsqueeze(0).expand({nc, w.size(0), w.size(1), w.size(2)});
+  return strided_view(w, {nc, w.size(0), w.size(1), w.size(2)},
+                      {0, w.stride(0), w.stride(1), w.stride(2)}, w.storage_offset());
+}
+
+// The contiguous weight (K, C/g, kh, kw) as (g, K/g, rows_g), or with
+// `transposed` as (g, rows_g, K/g); `wc` is weight.contiguous().
+at::Tensor weight_rows(const at::Tensor& wc, const Plan& p, bool transposed) {
+  const int64_t group = p.kg * p.rows_g;
+  return transposed ? strided_view(wc, {p.g, p.rows_g, p.kg}, {group, 1, p.rows_g}, wc.storage_offset())
+                    : strided_view(wc, {p.g, p.kg, p.rows_g}, {group, p.rows_g, 1}, wc.storage_offset());
 }
 
 // How many slices to split the weight gradient's reduction of a chunk of nc
@@ -139,16 +161,17 @@ void sliced_weight_gemm(const Conv2dKernels& kernels, const at::Tensor& go_rows,
                         const at::Tensor& cols, const at::Tensor& part) {
   const int64_t slices = part.size(0), total = cols.size(2), len = total / slices;
   for (int64_t j = 0; j < go_rows.size(0); ++j) {
-    const at::Tensor a = go_rows.select(0, j), b = cols.select(0, j);  // (K/g, T), (rows_g, T)
-    const at::Tensor c = part.select(1, j);
-    kernels.gemm(a.as_strided({slices, a.size(0), len}, {len, a.stride(0), 1}, a.storage_offset()),
-                 b.as_strided({slices, len, b.size(0)}, {len, 1, b.stride(0)}, b.storage_offset()),
-                 c, false);
+    // (K/g, T), (rows_g, T), both with unit stride along T
+    const at::Tensor a = select_view(go_rows, 0, j), b = select_view(cols, 0, j);
+    const at::Tensor c = select_view(part, 1, j);
+    const int64_t sa = a.stride(0), sb = b.stride(0), ka = a.size(0), kb = b.size(0);
+    kernels.gemm(strided_view(a, {slices, ka, len}, {len, sa, 1}, a.storage_offset()),
+                 strided_view(b, {slices, len, kb}, {len, 1, sb}, b.storage_offset()), c, false);
     if (slices * len < total) {
-      const int64_t rest = total - slices * len;
-      kernels.gemm(a.narrow(1, slices * len, rest).unsqueeze(0),
-                   b.narrow(1, slices * len, rest).transpose(0, 1).unsqueeze(0),
-                   c.narrow(0, slices - 1, 1), true);
+      const int64_t rest = total - slices * len, from = slices * len;
+      kernels.gemm(strided_view(a, {1, ka, rest}, {ka * sa, sa, 1}, a.storage_offset() + from),
+                   strided_view(b, {1, rest, kb}, {kb * sb, 1, sb}, b.storage_offset() + from),
+                   leading_view(c, slices - 1, 1), true);
     }
   }
 }
@@ -222,30 +245,45 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
       return in_format(unbatch(*out, s.in.batched));
     }
   }
-  const at::Tensor w = weight_arg.contiguous().view({p.g, p.kg, p.rows_g});
+  const at::Tensor wc = weight_arg.contiguous();
+  const at::Tensor w = weight_rows(wc, p, /*transposed=*/false);
   if (p.pointwise) {
     gemm_per_image(kernels, shared(w, s.in.n), grouped(input, p, 0, s.in.n),
                    grouped(out, p, 0, s.in.n));
   } else {
-    const at::Tensor buffer = at::empty({p.g * p.rows_g * p.chunk * p.length}, input.options());
-    at::Tensor result;  // second layout: the GEMM result, (g, K/g, nc*L)
-    if (!p.per_image && p.chunk > 1) result = at::empty({s.k * p.chunk * p.length}, input.options());
+    // The columns, then (second layout) the GEMM result (g, K/g, nc*L), in
+    // one allocation; the result starts on a 256-byte boundary.
+    const int64_t column_elems = p.g * p.rows_g * p.chunk * p.length;
+    const int64_t result_at = (column_elems * input.element_size() + 255) / 256 * 256 / input.element_size();
+    const int64_t result_elems = !p.per_image && p.chunk > 1 ? s.k * p.chunk * p.length : 0;
+    const at::Tensor buffer =
+        at::empty({result_elems > 0 ? result_at + result_elems : column_elems}, input.options());
+    const int64_t image = s.k * p.length;  // elements of an output image
     for (int64_t n0 = 0; n0 < s.in.n; n0 += p.chunk) {
       const int64_t nc = std::min(p.chunk, s.in.n - n0);
       const at::Tensor cols = columns_view(buffer, p, nc);
-      kernels.columns.im2col(nc == s.in.n ? input : input.narrow(0, n0, nc), cols, s.win, s.oh,
-                             s.ow, columns_layout(p, nc));
+      kernels.columns.im2col(leading_view(input, n0, nc), cols, s.win, s.oh, s.ow,
+                             columns_layout(p, nc));
       if (p.per_image) {
         gemm_per_image(kernels, shared(w, nc), cols, grouped(out, p, n0, nc));
       } else if (nc == 1) {  // the GEMM result is the output image itself
-        kernels.gemm(w, cols, out.select(0, n0).view({p.g, p.kg, p.length}), false);
+        kernels.gemm(w, cols,
+                     strided_view(out, {p.g, p.kg, p.length}, {p.kg * p.length, p.length, 1},
+                                  out.storage_offset() + n0 * image),
+                     false);
       } else {
         const int64_t run = nc * p.length;  // a result row: (images, positions)
-        kernels.gemm(w, cols, result.as_strided({p.g, p.kg, run}, {p.kg * run, run, 1}), false);
+        const at::Tensor result = strided_view(buffer, {p.g, p.kg, run}, {p.kg * run, run, 1}, result_at);
+        kernels.gemm(w, cols, result, false);
         // The result (g, K/g, nc, L) into out's images [n0, n0 + nc), (nc, g, K/g, L).
-        out.as_strided({p.g, p.kg, nc, p.length}, {p.kg * p.length, p.length, s.k * p.length, 1},
-                       n0 * s.k * p.length)
-            .copy_(result.as_strided({p.g, p.kg, nc, p.length}, {p.kg * run, run, p.length, 1}));
+        if (kernels.route.swap_outer_dims != nullptr) {
+          kernels.route.swap_outer_dims(result, leading_view(out, n0, nc), s.k, nc, p.length);
+        } else {
+          strided_view(out, {p.g, p.kg, nc, p.length}, {p.kg * p.length, p.length, image, 1},
+                       out.storage_offset() + n0 * image)
+              .copy_(strided_view(buffer, {p.g, p.kg, nc, p.length}, {p.kg * run, run, p.length, 1},
+                                  result_at));
+        }
       }
     }
   }
@@ -398,7 +436,8 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
                                  {win.dh, win.dw}, p.g));
   }
   const at::Tensor go = as_batch(grad_output, s.in.batched);
-  const at::Tensor wt = weight_arg.contiguous().view({p.g, p.kg, p.rows_g}).transpose(1, 2);
+  const at::Tensor wc = weight_arg.contiguous();
+  const at::Tensor wt = weight_rows(wc, p, /*transposed=*/true);
   at::Tensor gi = new_gi();
   if (p.pointwise) {  // the columns are grad_input itself
     gemm_per_image(kernels, shared(wt, s.in.n), grouped(go, p, 0, s.in.n),
@@ -412,9 +451,9 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
     if (p.per_image) {
       gemm_per_image(kernels, shared(wt, nc), grouped(go, p, n0, nc), cols);
     } else {
-      kernels.gemm(wt, grad_output_rows(go, p, n0, nc), cols, false);
+      kernels.gemm(wt, grad_output_rows(kernels, go, p, n0, nc), cols, false);
     }
-    kernels.columns.col2im(cols, gi.narrow(0, n0, nc), s.win, s.oh, s.ow, columns_layout(p, nc));
+    kernels.columns.col2im(cols, leading_view(gi, n0, nc), s.win, s.oh, s.ow, columns_layout(p, nc));
   }
   return in_format(unbatch(gi, s.in.batched));
 }
@@ -446,10 +485,13 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
   if (p.g * p.kg * p.rows_g == 0 || s.in.n == 0 || p.length == 0) {
     return at::zeros(weight_arg.sizes(), input_arg.options().memory_format(format));
   }
-  // Partial products and their sum: float32 for float16/bfloat16.
+  // Partial products and their sum: float32 for float16/bfloat16. The sum
+  // `acc` has the weight's shape, contiguous: (g, K/g, rows_g) in memory.
   const auto acc_options = input_arg.options().dtype(
       partial_element_size(input_arg) > input_arg.element_size() ? at::kFloat : dtype);
-  at::Tensor acc = at::empty({p.g, p.kg, p.rows_g}, acc_options);
+  at::Tensor acc = at::empty(weight_arg.sizes(), acc_options);
+  at::Tensor acc_rows = strided_view(acc, {p.g, p.kg, p.rows_g},
+                                     {p.kg * p.rows_g, p.rows_g, 1}, acc.storage_offset());
   const at::Tensor input = as_batch(input_arg, s.in.batched);
   const at::Tensor go = as_batch(grad_output, s.in.batched);
   at::Tensor buffer;
@@ -462,33 +504,41 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
       cols = grouped(input, p, n0, nc);
     } else {
       cols = columns_view(buffer, p, nc);
-      kernels.columns.im2col(input.narrow(0, n0, nc), cols, s.win, s.oh, s.ow,
+      kernels.columns.im2col(leading_view(input, n0, nc), cols, s.win, s.oh, s.ow,
                              columns_layout(p, nc));
     }
     if (p.per_image && s.in.n == 1) {  // one image: its product is the sum
-      gemm_per_image(kernels, grouped(go, p, 0, 1), cols.transpose(2, 3), acc.unsqueeze(0));
+      gemm_per_image(kernels, grouped(go, p, 0, 1), transposed_view(cols, 2, 3),
+                     strided_view(acc_rows, {1, p.g, p.kg, p.rows_g},
+                                  {acc.numel(), p.kg * p.rows_g, p.rows_g, 1}, acc.storage_offset()));
       continue;
     }
     if (p.per_image) {  // one partial product per image
       partial = at::empty({nc, p.g, p.kg, p.rows_g}, acc_options);
-      gemm_per_image(kernels, grouped(go, p, n0, nc), cols.transpose(2, 3), partial);
+      gemm_per_image(kernels, grouped(go, p, n0, nc), transposed_view(cols, 2, 3), partial);
     } else {
-      const at::Tensor go_rows = grad_output_rows(go, p, n0, nc);
+      const at::Tensor go_rows = grad_output_rows(kernels, go, p, n0, nc);
       const int64_t slices = reduction_slices(kernels, p, nc, acc.numel() * acc.element_size());
       if (slices == 1) {  // accumulate straight into the result
-        kernels.gemm(go_rows, cols.transpose(1, 2), acc, n0 > 0);
+        kernels.gemm(go_rows, transposed_view(cols, 1, 2), acc_rows, n0 > 0);
         continue;
       }
       partial = at::empty({slices, p.g, p.kg, p.rows_g}, acc_options);
       sliced_weight_gemm(kernels, go_rows, cols, partial);
     }
+    if (nc == s.in.n && kernels.route.sum_slices != nullptr) {
+      // One chunk: the sum of its partial products is the result, rounded once.
+      at::Tensor gw = acc.scalar_type() == dtype ? acc : at::empty(weight_arg.sizes(), input_arg.options());
+      kernels.route.sum_slices(partial, gw);
+      return in_format(gw);
+    }
     if (n0 == 0) {
-      at::sum_out(acc, partial, {0});
+      at::sum_out(acc_rows, partial, {0});
     } else {
-      acc.add_(partial.sum(0));
+      acc_rows.add_(partial.sum(0));
     }
   }
-  return in_format(acc.to(dtype).view(weight_arg.sizes()));
+  return in_format(acc.scalar_type() == dtype ? acc : acc.to(dtype));
 }
 
 at::Tensor conv2d_grad_bias_impl(const at::Tensor& grad_output) {

@@ -39,6 +39,7 @@
 #include "ops/common/epilogue.h"
 #include "ops/conv2d/batched_gemm.h"
 #include "ops/conv2d/channels_last_gemm.h"
+#include "ops/conv2d/column_route.h"
 #include "ops/conv2d/pointwise_gemm.h"
 #include "ops/conv2d/rotated_weight.h"
 #include "ops/depthwise/depthwise.h"
@@ -109,6 +110,8 @@ struct Conv2dKernels {
   // (workspace.h) alone. Its per-image GEMMs are as efficient in small
   // chunks, so a device keeps the buffer well under the bound there.
   int64_t grad_input_column_bytes = 0;
+  // The column route's regrouping and partial sums (column_route.h).
+  ColumnRouteKernels route;
 };
 
 // The CPU's engines (engines_cpu.cpp): the grouped direct kernels
@@ -230,7 +233,8 @@ inline Conv2dKernels cuda_conv2d_kernels() {
           {&cuda_conv2d_engine, &cuda_conv2d_grad_input_engine, &cuda_conv2d_grad_weight_engine,
            &cuda_conv2d_fused_engine, &cuda_small_pointwise},
           /*rotated_weight=*/nullptr,
-          /*grad_input_column_bytes=*/kCudaGradInputColumnBytes};
+          /*grad_input_column_bytes=*/kCudaGradInputColumnBytes,
+          /*route=*/cuda_column_route_kernels()};
 }
 #endif
 

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "ops/common/launch.h"
+#include "ops/common/strided_view.h"
 
 namespace customconv {
 namespace {
@@ -14,16 +15,16 @@ bool takes(const Conv2dShape<int64_t>& s) {
          s.in.c > 0 && s.k > 0;
 }
 
-// The operands are made with one as_strided call each (rather than chains of
-// permute, view and unsqueeze), since every view is a dispatcher call: about
-// a microsecond of host time each, which small layers pay in full.
+// The operands are views made without the dispatcher (strided_view.h): an
+// ATen view is a dispatcher call, a microsecond or more of host time, which
+// small layers pay in full.
 
 // A (1, rows, cols) view of t's storage with the given strides. The batch
 // stride is rows * cols, as a packed batch would have: with a batch stride of
 // 0, ATen's CPU bmm took another route, 1.6-2x slower (MobileNetV2's 16 -> 96
 // layer at 112x112, N=8, 2 threads: 11.5 ms against 5.9).
 at::Tensor matrix(const at::Tensor& t, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
-  return t.as_strided({1, rows, cols}, {rows * cols, row_stride, col_stride});
+  return strided_view(t, {1, rows, cols}, {rows * cols, row_stride, col_stride}, t.storage_offset());
 }
 
 // A channels_last (N, C, H, W) tensor as its (1, N*H*W, C) matrix, in place.
@@ -80,8 +81,9 @@ std::optional<at::Tensor> pointwise_conv2d_nchw(BatchedGemm gemm, const at::Tens
   const int64_t n = s.in.n, c = s.in.c, k = s.k, l = s.oh * s.ow;
   // The weight is shared by the images: a batch stride of 0.
   const at::Tensor w = unit_channel_stride(weight);
-  gemm(w.as_strided({n, k, c}, {0, w.stride(0), 1}), input.as_strided({n, c, l}, {c * l, l, 1}),
-       out.as_strided({n, k, l}, {k * l, l, 1}), false);
+  gemm(strided_view(w, {n, k, c}, {0, w.stride(0), 1}, w.storage_offset()),
+       strided_view(input, {n, c, l}, {c * l, l, 1}, input.storage_offset()),
+       strided_view(out, {n, k, l}, {k * l, l, 1}, 0), false);
   if (bias.has_value() && bias->defined()) out.add_(bias->view({1, s.k, 1, 1}));
   return out;
 }
