@@ -1,8 +1,14 @@
-// Autograd kernels: torch::autograd::Function subclasses registered at the
-// Autograd key, so backward works from Python and from pure C++ alike. The
-// forward runs below autograd through the dispatcher; the backward calls the
-// backward ops, also through the dispatcher.
+// Autograd kernels registered at the Autograd key, so backward works from
+// Python and from pure C++ alike: conv2d's and depthwise_conv2d's backward
+// nodes written as PyTorch's generated autograd code writes its own (a Node
+// subclass holding SavedVariables, below), the other ops' as
+// torch::autograd::Function subclasses. The forward runs below autograd
+// through the dispatcher; the backward calls the backward ops, also through
+// the dispatcher.
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
 #include <array>
@@ -22,8 +28,9 @@ std::vector<int64_t> as_pair(c10::IntArrayRef v) {
   return v.size() == 1 ? std::vector<int64_t>{v[0], v[0]} : v.vec();
 }
 
-// stride, padding and dilation of a convolution, kept for its backward as
-// one saved entry of six values (one map insertion and one lookup a node).
+// stride, padding and dilation of a convolution, kept for its backward (in a
+// Function's saved data: one entry of six values, one map insertion and one
+// lookup a node).
 struct SavedWindow {
   std::array<int64_t, 6> v;
   c10::IntArrayRef stride() const { return {v.data(), 2}; }
@@ -31,16 +38,22 @@ struct SavedWindow {
   c10::IntArrayRef dilation() const { return {v.data() + 4, 2}; }
 };
 
-void save_window(AutogradContext* ctx, c10::IntArrayRef stride, c10::IntArrayRef padding,
-                 c10::IntArrayRef dilation) {
-  std::vector<int64_t> v;
-  v.reserve(6);
+SavedWindow window_of(c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+  SavedWindow w{};
+  size_t i = 0;
   // (A list of another length fails the op's own checks in the forward.)
   for (const c10::IntArrayRef a : {stride, padding, dilation}) {
-    v.push_back(a.empty() ? 0 : a[0]);
-    v.push_back(a.size() >= 2 ? a[1] : v.back());
+    w.v[i] = a.empty() ? 0 : a[0];
+    w.v[i + 1] = a.size() >= 2 ? a[1] : w.v[i];
+    i += 2;
   }
-  ctx->saved_data["window"] = std::move(v);
+  return w;
+}
+
+void save_window(AutogradContext* ctx, c10::IntArrayRef stride, c10::IntArrayRef padding,
+                 c10::IntArrayRef dilation) {
+  const SavedWindow w = window_of(stride, padding, dilation);
+  ctx->saved_data["window"] = std::vector<int64_t>(w.v.begin(), w.v.end());
 }
 
 SavedWindow load_window(AutogradContext* ctx) {
@@ -50,47 +63,120 @@ SavedWindow load_window(AutogradContext* ctx) {
   return w;
 }
 
-// conv2d's (input, weight, bias) gradients from grad_output `go`, those asked
-// for (the window, groups and has_bias are in ctx's saved data).
+// conv2d's (input, weight, bias) gradients from grad_output `go`, those that
+// `need` asks for.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_gradients(const at::Tensor& go,
+                                                                const at::Tensor& input,
+                                                                const at::Tensor& weight,
+                                                                const SavedWindow& win,
+                                                                int64_t groups,
+                                                                std::array<bool, 3> need) {
+  const c10::IntArrayRef stride = win.stride(), padding = win.padding(), dilation = win.dilation();
+  at::Tensor gi, gw, gb;
+  if (need[0]) gi = detail::conv2d_grad_input(go, input, weight, stride, padding, dilation, groups);
+  if (need[1]) gw = detail::conv2d_grad_weight(go, input, weight, stride, padding, dilation, groups);
+  if (need[2]) gb = detail::conv2d_grad_bias(go);
+  return {gi, gw, gb};
+}
+
+// The same, asked by ctx (the window, groups and has_bias in its saved data).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_gradients(AutogradContext* ctx,
                                                                 const at::Tensor& go,
                                                                 const at::Tensor& input,
                                                                 const at::Tensor& weight) {
-  const SavedWindow win = load_window(ctx);
+  return conv2d_gradients(
+      go, input, weight, load_window(ctx), ctx->saved_data["groups"].toInt(),
+      {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+       ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)});
+}
+
+// depthwise_conv2d's (input, weight, bias) gradients from `go`, those that
+// `need` asks for; the weight's and the bias's in one pass over go when both are.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> depthwise_gradients(const at::Tensor& go,
+                                                                   const at::Tensor& input,
+                                                                   const at::Tensor& weight,
+                                                                   const SavedWindow& win,
+                                                                   std::array<bool, 3> need) {
   const c10::IntArrayRef stride = win.stride(), padding = win.padding(), dilation = win.dilation();
-  const int64_t groups = ctx->saved_data["groups"].toInt();
   at::Tensor gi, gw, gb;
-  if (ctx->needs_input_grad(0)) {
-    gi = detail::conv2d_grad_input(go, input, weight, stride, padding, dilation, groups);
-  }
-  if (ctx->needs_input_grad(1)) {
-    gw = detail::conv2d_grad_weight(go, input, weight, stride, padding, dilation, groups);
-  }
-  if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
+  if (need[0]) gi = detail::depthwise_conv2d_grad_input(go, input, weight, stride, padding, dilation);
+  if (need[1] && need[2]) {
+    std::tie(gw, gb) =
+        detail::depthwise_conv2d_grad_weight_bias(go, input, weight, stride, padding, dilation);
+  } else if (need[1]) {
+    gw = detail::depthwise_conv2d_grad_weight(go, input, weight, stride, padding, dilation);
+  } else if (need[2]) {
     gb = detail::conv2d_grad_bias(go);
   }
   return {gi, gw, gb};
 }
 
-class Conv2dFunction : public torch::autograd::Function<Conv2dFunction> {
- public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
-                            const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
-                            c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    save_window(ctx, stride, padding, dilation);
-    ctx->saved_data["groups"] = groups;
-    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
-    ctx->save_for_backward({input, weight});
-    return customconv::conv2d(input, weight, bias, stride, padding, dilation, groups);
-  }
+// The backward node of conv2d (kDepthwise false) or depthwise_conv2d,
+// recorded as PyTorch's generated code records its own nodes: the edges of
+// input, weight and bias, and the input and weight as SavedVariables (which
+// refuse a backward after either is changed in place). A
+// torch::autograd::Function also records every input's metadata, wraps its
+// output through sets and a std::function, and keeps its saved data in a
+// string-keyed map of IValues; per call that cost several microseconds of the
+// host's time more than PyTorch's convolution node, on every layer of a
+// training step.
+template <bool kDepthwise>
+struct ConvolutionBackward : torch::autograd::Node {
+  torch::autograd::SavedVariable input, weight;
+  SavedWindow window{};
+  int64_t groups = 1;
+  bool has_bias = false;
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    auto [gi, gw, gb] = conv2d_gradients(ctx, grads[0], saved[0], saved[1]);
-    return {gi, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(3);
+    const at::Tensor& go = grads[0];
+    if (!go.defined()) return out;  // no gradient flowed: none to give
+    const at::Tensor x = input.unpack(), w = weight.unpack();
+    const std::array<bool, 3> need{task_should_compute_output(0), task_should_compute_output(1),
+                                   has_bias && task_should_compute_output(2)};
+    std::tie(out[0], out[1], out[2]) = kDepthwise
+                                           ? depthwise_gradients(go, x, w, window, need)
+                                           : conv2d_gradients(go, x, w, window, groups, need);
+    return out;
+  }
+  void release_variables() override {
+    input.reset_data();
+    weight.reset_data();
+  }
+  std::string name() const override {
+    return kDepthwise ? "customconv::DepthwiseConv2dBackward" : "customconv::Conv2dBackward";
   }
 };
+
+// Whether t carries a forward-mode (dual) tangent.
+bool has_tangent(const at::Tensor& t) { return t.defined() && t._fw_grad(/*level=*/0).defined(); }
+
+// The forward of conv2d or depthwise_conv2d (`run`, below autograd) with its
+// backward node recorded.
+template <bool kDepthwise, class Run>
+at::Tensor recorded_convolution(const char* name, const at::Tensor& input, const at::Tensor& weight,
+                                const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups,
+                                const Run& run) {
+  const at::Tensor b = bias.value_or(at::Tensor());
+  TORCH_CHECK_NOT_IMPLEMENTED(!has_tangent(input) && !has_tangent(weight) && !has_tangent(b),
+                              "customconv::", name, ": forward-mode AD is not supported");
+  auto node = std::shared_ptr<ConvolutionBackward<kDepthwise>>(new ConvolutionBackward<kDepthwise>(),
+                                                               torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(input, weight, b));
+  node->input = torch::autograd::SavedVariable(input, /*is_output=*/false);
+  node->weight = torch::autograd::SavedVariable(weight, /*is_output=*/false);
+  node->window = window_of(stride, padding, dilation);
+  node->groups = groups;
+  node->has_bias = b.defined();
+  at::Tensor out;
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    out = run();
+  }
+  torch::autograd::set_history(out, node);
+  return out;
+}
 
 // conv2d_fused for training: the forward computes pre = conv + bias +
 // residual with the fused op (identity activation), then the activation as an
@@ -134,44 +220,6 @@ class Conv2dFusedFunction : public torch::autograd::Function<Conv2dFusedFunction
       gr = go;
     }
     return {gi, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), gr};
-  }
-};
-
-class DepthwiseConv2dFunction : public torch::autograd::Function<DepthwiseConv2dFunction> {
- public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
-                            const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
-                            c10::IntArrayRef padding, c10::IntArrayRef dilation) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    save_window(ctx, stride, padding, dilation);
-    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
-    ctx->save_for_backward({input, weight});
-    return customconv::depthwise_conv2d(input, weight, bias, stride, padding, dilation);
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor& input = saved[0];
-    const at::Tensor& weight = saved[1];
-    const at::Tensor go = grads[0];
-    const SavedWindow win = load_window(ctx);
-    const c10::IntArrayRef stride = win.stride(), padding = win.padding(),
-                           dilation = win.dilation();
-    at::Tensor gi, gw, gb;
-    if (ctx->needs_input_grad(0)) {
-      gi = detail::depthwise_conv2d_grad_input(go, input, weight, stride, padding, dilation);
-    }
-    const bool need_w = ctx->needs_input_grad(1);
-    const bool need_b = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2);
-    if (need_w && need_b) {  // one pass over go for both
-      std::tie(gw, gb) =
-          detail::depthwise_conv2d_grad_weight_bias(go, input, weight, stride, padding, dilation);
-    } else if (need_w) {
-      gw = detail::depthwise_conv2d_grad_weight(go, input, weight, stride, padding, dilation);
-    } else if (need_b) {
-      gb = detail::conv2d_grad_bias(go);
-    }
-    return {gi, gw, gb, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -380,7 +428,11 @@ at::Tensor conv2d_autograd(const at::Tensor& input, const at::Tensor& weight,
     at::AutoDispatchBelowADInplaceOrView below;
     return customconv::conv2d(input, weight, bias, stride, padding, dilation, groups);
   }
-  return Conv2dFunction::apply(input, weight, bias, stride, padding, dilation, groups);
+  return recorded_convolution<false>("conv2d", input, weight, bias, stride, padding, dilation,
+                                     groups, [&] {
+                                       return customconv::conv2d(input, weight, bias, stride,
+                                                                 padding, dilation, groups);
+                                     });
 }
 
 // conv2d_fused without a graph runs its activation in the kernels.
@@ -405,7 +457,11 @@ at::Tensor depthwise_conv2d_autograd(const at::Tensor& input, const at::Tensor& 
     at::AutoDispatchBelowADInplaceOrView below;
     return customconv::depthwise_conv2d(input, weight, bias, stride, padding, dilation);
   }
-  return DepthwiseConv2dFunction::apply(input, weight, bias, stride, padding, dilation);
+  return recorded_convolution<true>("depthwise_conv2d", input, weight, bias, stride, padding,
+                                    dilation, /*groups=*/1, [&] {
+                                      return customconv::depthwise_conv2d(input, weight, bias,
+                                                                          stride, padding, dilation);
+                                    });
 }
 
 at::Tensor filter2d_autograd(const at::Tensor& input, const at::Tensor& kernel,
