@@ -92,7 +92,7 @@ def measure(name: str, layout: str, batch: int, rounds: int, cycles_per_us: floa
                 times[side][p].append(v)
     # A round whose step took most of the sleep waited on the device inside a
     # call (a synchronizing one): it measures the device, not the host.
-    waited = any(t > 0.8 * sleep_ms for side in times.values() for t in side["step"])
+    waited = [side for side, t in times.items() if any(v > 0.8 * sleep_ms for v in t["step"])]
     row = dict(model=name, layout=layout, batch=batch, rounds=rounds, sleep_ms=sleep_ms,
                waited=waited)
     for p in PARTS:
@@ -115,8 +115,12 @@ def markdown(rows: List[dict], device_name: str, batch: int, rounds: int) -> str
              "|---|---|---|---|---|---|---:|---|"]
     for r in rows:
         if r.get("waited"):
-            lines.append(f"| {r['model']} | {r['layout']} | a call of the step waited on the "
-                         f"device (the sleep fell inside it): not measured | | | | | |")
+            sides = " and ".join("PyTorch's" if w == "torch" else "the converted model's"
+                                 for w in r["waited"])
+            parts = ", ".join(f"{p} {r[p]['torch']:.2f} / {r[p]['converted']:.2f}" for p in PARTS)
+            lines.append(f"| {r['model']} | {r['layout']} | {sides} step waited on the device "
+                         f"(the sleep fell inside a call): not compared; ms PyTorch / converted: "
+                         f"{parts} | | | | | |")
             continue
         cells = [f"{r[p]['torch']:.2f} / {r[p]['converted']:.2f} ({r[p]['ratio']:.2f})"
                  for p in PARTS]

@@ -5,7 +5,9 @@
 // partial products summed and rounded into the weight's dtype. ATen's
 // versions set up a TensorIterator each, and the weight gradient's sum is
 // followed by a second pass for the dtype: several times a raw launch's host
-// time, on layers whose device time is a few microseconds.
+// time, on layers whose device time is a few microseconds. The implicit
+// GEMMs' weight gradient (implicit_gemm.cpp) sums its slices with the same
+// kernel.
 #pragma once
 
 #include <ATen/core/Tensor.h>

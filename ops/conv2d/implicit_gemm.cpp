@@ -521,10 +521,12 @@ std::optional<at::Tensor> wgrad(const at::Tensor& x, const at::Tensor& go,
   pr.weight = planes.mutable_data_ptr();
   if (!kWgrad(x, pr)) return std::nullopt;
   // (K, kh, kw, C) in memory: the (K, C, kh, kw) gradient, channels_last.
-  // (Summed, then rounded: at::sum with a dtype would round each slice first.
-  // One slice is the sum itself: float32 gradients then need no more kernels.)
-  const at::Tensor sum = pr.split_k == 1 ? planes.select(0, 0) : planes.sum(0);
-  return sum.to(x.scalar_type()).permute({0, 3, 1, 2});
+  // One float32 slice is the gradient itself; else the slices are summed in
+  // order and rounded once, in one launch (column_route.h).
+  if (pr.split_k == 1 && x.scalar_type() == at::kFloat) return planes.select(0, 0).permute({0, 3, 1, 2});
+  at::Tensor gw = at::empty({xs.k, xs.in.c, xs.win.kh, xs.win.kw}, x.options().memory_format(kChannelsLast));
+  sum_slices_cuda(planes, gw);
+  return gw;
 }
 
 }  // namespace
