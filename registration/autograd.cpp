@@ -38,7 +38,8 @@ struct SavedWindow {
   c10::IntArrayRef dilation() const { return {v.data() + 4, 2}; }
 };
 
-SavedWindow window_of(c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation) {
+SavedWindow window_of(c10::IntArrayRef stride, c10::IntArrayRef padding,
+                      c10::IntArrayRef dilation) {
   SavedWindow w{};
   size_t i = 0;
   // (A list of another length fails the op's own checks in the forward.)
@@ -65,16 +66,14 @@ SavedWindow load_window(AutogradContext* ctx) {
 
 // conv2d's (input, weight, bias) gradients from grad_output `go`, those that
 // `need` asks for.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_gradients(const at::Tensor& go,
-                                                                const at::Tensor& input,
-                                                                const at::Tensor& weight,
-                                                                const SavedWindow& win,
-                                                                int64_t groups,
-                                                                std::array<bool, 3> need) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_gradients(
+    const at::Tensor& go, const at::Tensor& input, const at::Tensor& weight, const SavedWindow& win,
+    int64_t groups, std::array<bool, 3> need) {
   const c10::IntArrayRef stride = win.stride(), padding = win.padding(), dilation = win.dilation();
   at::Tensor gi, gw, gb;
   if (need[0]) gi = detail::conv2d_grad_input(go, input, weight, stride, padding, dilation, groups);
-  if (need[1]) gw = detail::conv2d_grad_weight(go, input, weight, stride, padding, dilation, groups);
+  if (need[1])
+    gw = detail::conv2d_grad_weight(go, input, weight, stride, padding, dilation, groups);
   if (need[2]) gb = detail::conv2d_grad_bias(go);
   return {gi, gw, gb};
 }
@@ -84,10 +83,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_gradients(AutogradContext*
                                                                 const at::Tensor& go,
                                                                 const at::Tensor& input,
                                                                 const at::Tensor& weight) {
-  return conv2d_gradients(
-      go, input, weight, load_window(ctx), ctx->saved_data["groups"].toInt(),
-      {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
-       ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)});
+  return conv2d_gradients(go, input, weight, load_window(ctx), ctx->saved_data["groups"].toInt(),
+                          {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                           ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)});
 }
 
 // depthwise_conv2d's (input, weight, bias) gradients from `go`, those that
@@ -99,7 +97,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> depthwise_gradients(const at::Ten
                                                                    std::array<bool, 3> need) {
   const c10::IntArrayRef stride = win.stride(), padding = win.padding(), dilation = win.dilation();
   at::Tensor gi, gw, gb;
-  if (need[0]) gi = detail::depthwise_conv2d_grad_input(go, input, weight, stride, padding, dilation);
+  if (need[0])
+    gi = detail::depthwise_conv2d_grad_input(go, input, weight, stride, padding, dilation);
   if (need[1] && need[2]) {
     std::tie(gw, gb) =
         detail::depthwise_conv2d_grad_weight_bias(go, input, weight, stride, padding, dilation);
@@ -161,8 +160,8 @@ at::Tensor recorded_convolution(const char* name, const at::Tensor& input, const
   const at::Tensor b = bias.value_or(at::Tensor());
   TORCH_CHECK_NOT_IMPLEMENTED(!has_tangent(input) && !has_tangent(weight) && !has_tangent(b),
                               "customconv::", name, ": forward-mode AD is not supported");
-  auto node = std::shared_ptr<ConvolutionBackward<kDepthwise>>(new ConvolutionBackward<kDepthwise>(),
-                                                               torch::autograd::deleteNode);
+  auto node = std::shared_ptr<ConvolutionBackward<kDepthwise>>(
+      new ConvolutionBackward<kDepthwise>(), torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(input, weight, b));
   node->input = torch::autograd::SavedVariable(input, /*is_output=*/false);
   node->weight = torch::autograd::SavedVariable(weight, /*is_output=*/false);
@@ -428,11 +427,9 @@ at::Tensor conv2d_autograd(const at::Tensor& input, const at::Tensor& weight,
     at::AutoDispatchBelowADInplaceOrView below;
     return customconv::conv2d(input, weight, bias, stride, padding, dilation, groups);
   }
-  return recorded_convolution<false>("conv2d", input, weight, bias, stride, padding, dilation,
-                                     groups, [&] {
-                                       return customconv::conv2d(input, weight, bias, stride,
-                                                                 padding, dilation, groups);
-                                     });
+  return recorded_convolution<false>(
+      "conv2d", input, weight, bias, stride, padding, dilation, groups,
+      [&] { return customconv::conv2d(input, weight, bias, stride, padding, dilation, groups); });
 }
 
 // conv2d_fused without a graph runs its activation in the kernels.
@@ -457,11 +454,9 @@ at::Tensor depthwise_conv2d_autograd(const at::Tensor& input, const at::Tensor& 
     at::AutoDispatchBelowADInplaceOrView below;
     return customconv::depthwise_conv2d(input, weight, bias, stride, padding, dilation);
   }
-  return recorded_convolution<true>("depthwise_conv2d", input, weight, bias, stride, padding,
-                                    dilation, /*groups=*/1, [&] {
-                                      return customconv::depthwise_conv2d(input, weight, bias,
-                                                                          stride, padding, dilation);
-                                    });
+  return recorded_convolution<true>(
+      "depthwise_conv2d", input, weight, bias, stride, padding, dilation, /*groups=*/1,
+      [&] { return customconv::depthwise_conv2d(input, weight, bias, stride, padding, dilation); });
 }
 
 at::Tensor filter2d_autograd(const at::Tensor& input, const at::Tensor& kernel,

@@ -23,8 +23,7 @@ namespace customconv {
 // elements of `dtype`; base's own dtype by default). The caller keeps it
 // within the storage.
 inline at::Tensor strided_view(const at::Tensor& base, c10::IntArrayRef sizes,
-                               c10::IntArrayRef strides, int64_t offset,
-                               caffe2::TypeMeta dtype) {
+                               c10::IntArrayRef strides, int64_t offset, caffe2::TypeMeta dtype) {
   at::Tensor v = at::detail::make_tensor<c10::TensorImpl>(
       c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(), dtype);
   v.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);

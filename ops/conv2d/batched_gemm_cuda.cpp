@@ -16,13 +16,13 @@
 #include <ATen/cuda/Exceptions.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "ops/common/process_symbol.h"
-#include "ops/conv2d/cublaslt.h"
-
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
+
+#include "ops/common/process_symbol.h"
+#include "ops/conv2d/cublaslt.h"
 
 namespace customconv {
 namespace {
@@ -98,8 +98,8 @@ uint32_t alignment_of(const void* ptr, int64_t ld, int64_t batch_stride, int64_t
 
 // A column-major matrix layout of `rows` x `cols` (leading dimension ld),
 // batched with the given count and stride.
-void batched_layout(const LtApi& api, cublasLtMatrixLayout_t* layout, cudaDataType_t type, int64_t rows,
-                    int64_t cols, int64_t ld, int64_t batch, int64_t batch_stride) {
+void batched_layout(const LtApi& api, cublasLtMatrixLayout_t* layout, cudaDataType_t type,
+                    int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t batch_stride) {
   TORCH_CUDABLAS_CHECK(api.layout_create(layout, type, uint64_t(rows), uint64_t(cols), ld));
   if (batch > 1) {
     const int32_t count = int32_t(batch);
@@ -115,8 +115,8 @@ void batched_layout(const LtApi& api, cublasLtMatrixLayout_t* layout, cudaDataTy
 // where cuBLASLt is missing, has no algorithm, or turns the call down.
 bool lt_batched_gemm(const at::Tensor& a, const Operand& oa, const at::Tensor& b, const Operand& ob,
                      const at::Tensor& c, int64_t ldc, int64_t c_batch_stride, int64_t batch,
-                     int64_t m, int64_t n, int64_t k, cublasComputeType_t compute, const void* alpha,
-                     const void* beta) {
+                     int64_t m, int64_t n, int64_t k, cublasComputeType_t compute,
+                     const void* alpha, const void* beta) {
   const LtApi& api = lt_api();
   if (!api.ok || batch > std::numeric_limits<int32_t>::max()) return false;
   const cudaDataType_t in_type = cuda_type(a.scalar_type()), out_type = cuda_type(c.scalar_type());
@@ -130,19 +130,21 @@ bool lt_batched_gemm(const at::Tensor& a, const Operand& oa, const at::Tensor& b
   batched_layout(api, &p.b, in_type, b_n ? k : m, b_n ? m : k, oa.ld, batch, oa.batch_stride);
   batched_layout(api, &p.d, out_type, n, m, ldc, batch, c_batch_stride);
   const int64_t es = a.element_size();
-  const uint32_t alignment = std::min({alignment_of(b.const_data_ptr(), ob.ld, ob.batch_stride, es),
-                                       alignment_of(a.const_data_ptr(), oa.ld, oa.batch_stride, es),
-                                       alignment_of(c.const_data_ptr(), ldc, c_batch_stride, c.element_size())});
-  const LtProblemKey key{int64_t(c.get_device()), int64_t(in_type), int64_t(out_type), int64_t(compute),
-                         int64_t(ob.op), int64_t(oa.op), m, n, k, ob.ld, oa.ld, ldc, batch,
-                         ob.batch_stride, oa.batch_stride, c_batch_stride, int64_t(alignment)};
+  const uint32_t alignment =
+      std::min({alignment_of(b.const_data_ptr(), ob.ld, ob.batch_stride, es),
+                alignment_of(a.const_data_ptr(), oa.ld, oa.batch_stride, es),
+                alignment_of(c.const_data_ptr(), ldc, c_batch_stride, c.element_size())});
+  const LtProblemKey key{
+      int64_t(c.get_device()), int64_t(in_type), int64_t(out_type), int64_t(compute),
+      int64_t(ob.op), int64_t(oa.op), m, n, k, ob.ld, oa.ld, ldc, batch, ob.batch_stride,
+      oa.batch_stride, c_batch_stride, int64_t(alignment)};
   cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
   const std::optional<cublasLtMatmulAlgo_t> algo = lt_algorithm(key, handle, p, alignment);
   if (!algo) return false;
-  const cublasStatus_t status =
-      api.matmul(handle, p.op, alpha, b.const_data_ptr(), p.a, a.const_data_ptr(), p.b, beta,
-                 c.const_data_ptr(), p.d, c.data_ptr(), p.d, &*algo, at::cuda::getCUDABlasLtWorkspace(),
-                 at::cuda::getCUDABlasLtWorkspaceSize(), at::cuda::getCurrentCUDAStream());
+  const cublasStatus_t status = api.matmul(
+      handle, p.op, alpha, b.const_data_ptr(), p.a, a.const_data_ptr(), p.b, beta,
+      c.const_data_ptr(), p.d, c.data_ptr(), p.d, &*algo, at::cuda::getCUDABlasLtWorkspace(),
+      at::cuda::getCUDABlasLtWorkspaceSize(), at::cuda::getCurrentCUDAStream());
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
   TORCH_CUDABLAS_CHECK(status);
   return true;
@@ -182,7 +184,8 @@ void batched_gemm_cuda(const at::Tensor& a_arg, const at::Tensor& b_arg, const a
   const void* alpha = is_double ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = is_double ? static_cast<const void*>(&beta_d) : &beta_f;
 
-  if (lt_batched_gemm(a, oa, b, ob, c, ldc, c_batch_stride, batch, m, n, k, compute, alpha, beta)) return;
+  if (lt_batched_gemm(a, oa, b, ob, c, ldc, c_batch_stride, batch, m, n, k, compute, alpha, beta))
+    return;
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();  // bound to the current stream
   // cuBLAS's (M, N, K) = (n, m, k); its A is b, its B is a.
   TORCH_CUDABLAS_CHECK(strided_batched_gemm()(

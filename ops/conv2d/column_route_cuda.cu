@@ -1,6 +1,4 @@
 // The column route's data movements on CUDA (column_route.h).
-#include "ops/conv2d/column_route.h"
-
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -10,6 +8,7 @@
 #include <cstdint>
 
 #include "ops/common/launch.h"
+#include "ops/conv2d/column_route.h"
 
 namespace customconv {
 namespace {
@@ -39,10 +38,10 @@ template <typename U>
 void launch_swap(const at::Tensor& src, const at::Tensor& dst, int64_t a, int64_t b,
                  int64_t inner) {
   const int64_t units = a * b * inner;
-  swap_outer_dims_kernel<U><<<unsigned(blocks_for(units, kThreads)), kThreads, 0,
-                              at::cuda::getCurrentCUDAStream()>>>(
-      static_cast<const U*>(src.const_data_ptr()), static_cast<U*>(dst.mutable_data_ptr()), a, b,
-      inner);
+  swap_outer_dims_kernel<U>
+      <<<unsigned(blocks_for(units, kThreads)), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+          static_cast<const U*>(src.const_data_ptr()), static_cast<U*>(dst.mutable_data_ptr()), a,
+          b, inner);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -76,10 +75,17 @@ void swap_outer_dims_cuda(const at::Tensor& src, const at::Tensor& dst, int64_t 
     return;
   }
   switch (es) {
-    case 2: launch_swap<uint16_t>(src, dst, a, b, inner); break;
-    case 4: launch_swap<uint32_t>(src, dst, a, b, inner); break;
-    case 8: launch_swap<uint64_t>(src, dst, a, b, inner); break;
-    default: TORCH_CHECK(false, "swap_outer_dims_cuda: unsupported element size ", es);
+    case 2:
+      launch_swap<uint16_t>(src, dst, a, b, inner);
+      break;
+    case 4:
+      launch_swap<uint32_t>(src, dst, a, b, inner);
+      break;
+    case 8:
+      launch_swap<uint64_t>(src, dst, a, b, inner);
+      break;
+    default:
+      TORCH_CHECK(false, "swap_outer_dims_cuda: unsupported element size ", es);
   }
 }
 
@@ -89,13 +95,14 @@ void sum_slices_cuda(const at::Tensor& partial, const at::Tensor& out) {
   const c10::cuda::CUDAGuard guard(out.device());
   const unsigned blocks = unsigned(blocks_for(plane, kThreads));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "sum_slices_cuda", [&] {
-    using Acc = at::opmath_type<scalar_t>;
-    TORCH_INTERNAL_ASSERT(partial.scalar_type() == c10::CppTypeToScalarType<Acc>::value);
-    sum_slices_kernel<Acc, scalar_t><<<blocks, kThreads, 0, stream>>>(
-        partial.const_data_ptr<Acc>(), out.mutable_data_ptr<scalar_t>(), slices, plane);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, out.scalar_type(), "sum_slices_cuda", [&] {
+        using Acc = at::opmath_type<scalar_t>;
+        TORCH_INTERNAL_ASSERT(partial.scalar_type() == c10::CppTypeToScalarType<Acc>::value);
+        sum_slices_kernel<Acc, scalar_t><<<blocks, kThreads, 0, stream>>>(
+            partial.const_data_ptr<Acc>(), out.mutable_data_ptr<scalar_t>(), slices, plane);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
 }
 
 }  // namespace customconv

@@ -135,8 +135,9 @@ at::Tensor shared(const at::Tensor& w, int64_t nc) {
 // `transposed` as (g, rows_g, K/g); `wc` is weight.contiguous().
 at::Tensor weight_rows(const at::Tensor& wc, const Plan& p, bool transposed) {
   const int64_t group = p.kg * p.rows_g;
-  return transposed ? strided_view(wc, {p.g, p.rows_g, p.kg}, {group, 1, p.rows_g}, wc.storage_offset())
-                    : strided_view(wc, {p.g, p.kg, p.rows_g}, {group, p.rows_g, 1}, wc.storage_offset());
+  return transposed
+             ? strided_view(wc, {p.g, p.rows_g, p.kg}, {group, 1, p.rows_g}, wc.storage_offset())
+             : strided_view(wc, {p.g, p.kg, p.rows_g}, {group, p.rows_g, 1}, wc.storage_offset());
 }
 
 // How many slices to split the weight gradient's reduction of a chunk of nc
@@ -254,7 +255,8 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
     // The columns, then (second layout) the GEMM result (g, K/g, nc*L), in
     // one allocation; the result starts on a 256-byte boundary.
     const int64_t column_elems = p.g * p.rows_g * p.chunk * p.length;
-    const int64_t result_at = (column_elems * input.element_size() + 255) / 256 * 256 / input.element_size();
+    const int64_t result_at =
+        (column_elems * input.element_size() + 255) / 256 * 256 / input.element_size();
     const int64_t result_elems = !p.per_image && p.chunk > 1 ? s.k * p.chunk * p.length : 0;
     const at::Tensor buffer =
         at::empty({result_elems > 0 ? result_at + result_elems : column_elems}, input.options());
@@ -273,7 +275,8 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
                      false);
       } else {
         const int64_t run = nc * p.length;  // a result row: (images, positions)
-        const at::Tensor result = strided_view(buffer, {p.g, p.kg, run}, {p.kg * run, run, 1}, result_at);
+        const at::Tensor result =
+            strided_view(buffer, {p.g, p.kg, run}, {p.kg * run, run, 1}, result_at);
         kernels.gemm(w, cols, result, false);
         // The result (g, K/g, nc, L) into out's images [n0, n0 + nc), (nc, g, K/g, L).
         if (kernels.route.swap_outer_dims != nullptr) {
@@ -453,7 +456,8 @@ at::Tensor conv2d_grad_input_impl(const Conv2dKernels& kernels, const at::Tensor
     } else {
       kernels.gemm(wt, grad_output_rows(kernels, go, p, n0, nc), cols, false);
     }
-    kernels.columns.col2im(cols, leading_view(gi, n0, nc), s.win, s.oh, s.ow, columns_layout(p, nc));
+    kernels.columns.col2im(cols, leading_view(gi, n0, nc), s.win, s.oh, s.ow,
+                           columns_layout(p, nc));
   }
   return in_format(unbatch(gi, s.in.batched));
 }
@@ -490,8 +494,8 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
   const auto acc_options = input_arg.options().dtype(
       partial_element_size(input_arg) > input_arg.element_size() ? at::kFloat : dtype);
   at::Tensor acc = at::empty(weight_arg.sizes(), acc_options);
-  at::Tensor acc_rows = strided_view(acc, {p.g, p.kg, p.rows_g},
-                                     {p.kg * p.rows_g, p.rows_g, 1}, acc.storage_offset());
+  at::Tensor acc_rows = strided_view(acc, {p.g, p.kg, p.rows_g}, {p.kg * p.rows_g, p.rows_g, 1},
+                                     acc.storage_offset());
   const at::Tensor input = as_batch(input_arg, s.in.batched);
   const at::Tensor go = as_batch(grad_output, s.in.batched);
   at::Tensor buffer;
@@ -508,9 +512,10 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
                              columns_layout(p, nc));
     }
     if (p.per_image && s.in.n == 1) {  // one image: its product is the sum
-      gemm_per_image(kernels, grouped(go, p, 0, 1), transposed_view(cols, 2, 3),
-                     strided_view(acc_rows, {1, p.g, p.kg, p.rows_g},
-                                  {acc.numel(), p.kg * p.rows_g, p.rows_g, 1}, acc.storage_offset()));
+      gemm_per_image(
+          kernels, grouped(go, p, 0, 1), transposed_view(cols, 2, 3),
+          strided_view(acc_rows, {1, p.g, p.kg, p.rows_g},
+                       {acc.numel(), p.kg * p.rows_g, p.rows_g, 1}, acc.storage_offset()));
       continue;
     }
     if (p.per_image) {  // one partial product per image
@@ -528,7 +533,8 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
     }
     if (nc == s.in.n && kernels.route.sum_slices != nullptr) {
       // One chunk: the sum of its partial products is the result, rounded once.
-      at::Tensor gw = acc.scalar_type() == dtype ? acc : at::empty(weight_arg.sizes(), input_arg.options());
+      at::Tensor gw =
+          acc.scalar_type() == dtype ? acc : at::empty(weight_arg.sizes(), input_arg.options());
       kernels.route.sum_slices(partial, gw);
       return in_format(gw);
     }

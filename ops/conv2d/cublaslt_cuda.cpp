@@ -1,6 +1,4 @@
 // cuBLASLt's entry points, descriptors and kept algorithms (cublaslt.h).
-#include "ops/conv2d/cublaslt.h"
-
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/Exceptions.h>
 
@@ -9,6 +7,7 @@
 #include <type_traits>
 
 #include "ops/common/process_symbol.h"
+#include "ops/conv2d/cublaslt.h"
 
 namespace customconv {
 
@@ -81,13 +80,15 @@ std::optional<cublasLtMatmulAlgo_t> lt_algorithm(const LtProblemKey& key, cublas
   // otherwise assume 256), so that one serves every call of the problem.
   cublasStatus_t status = api.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                        &workspace_bytes, sizeof(workspace_bytes));
-  for (const auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-    if (status == CUBLAS_STATUS_SUCCESS) status = api.pref_set(pref, attr, &alignment, sizeof(alignment));
+  for (const auto attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = api.pref_set(pref, attr, &alignment, sizeof(alignment));
   }
   if (status == CUBLAS_STATUS_SUCCESS) {
-    status = api.heuristic(handle, p.op, p.a, p.b, p.c != nullptr ? p.c : p.d, p.d, pref, 1, &result,
-                           &found);
+    status = api.heuristic(handle, p.op, p.a, p.b, p.c != nullptr ? p.c : p.d, p.d, pref, 1,
+                           &result, &found);
   }
   api.pref_destroy(pref);
   const Chosen chosen{status == CUBLAS_STATUS_SUCCESS && found > 0, result.algo};

@@ -523,8 +523,10 @@ std::optional<at::Tensor> wgrad(const at::Tensor& x, const at::Tensor& go,
   // (K, kh, kw, C) in memory: the (K, C, kh, kw) gradient, channels_last.
   // One float32 slice is the gradient itself; else the slices are summed in
   // order and rounded once, in one launch (column_route.h).
-  if (pr.split_k == 1 && x.scalar_type() == at::kFloat) return planes.select(0, 0).permute({0, 3, 1, 2});
-  at::Tensor gw = at::empty({xs.k, xs.in.c, xs.win.kh, xs.win.kw}, x.options().memory_format(kChannelsLast));
+  if (pr.split_k == 1 && x.scalar_type() == at::kFloat)
+    return planes.select(0, 0).permute({0, 3, 1, 2});
+  at::Tensor gw =
+      at::empty({xs.k, xs.in.c, xs.win.kh, xs.win.kw}, x.options().memory_format(kChannelsLast));
   sum_slices_cuda(planes, gw);
   return gw;
 }

@@ -10,8 +10,6 @@
 // output channels'.
 //
 // Where the process has no cuBLASLt (cublaslt.h) the route declines.
-#include "ops/conv2d/pointwise_fused_lt.h"
-
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -22,6 +20,7 @@
 
 #include "ops/common/launch.h"
 #include "ops/conv2d/cublaslt.h"
+#include "ops/conv2d/pointwise_fused_lt.h"
 
 namespace customconv {
 namespace {
@@ -89,8 +88,9 @@ std::optional<at::Tensor> pointwise_fused_lt_cuda(const at::Tensor& input, const
   TORCH_CUDABLAS_CHECK(api.layout_create(&p.d, type, uint64_t(k), uint64_t(m), k));
 
   cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
-  const LtProblemKey key{int64_t(input.get_device()), int64_t(type), int64_t(compute), m, c, k, ldw,
-                         int64_t(epi), int64_t(has_residual)};
+  const LtProblemKey key{
+      int64_t(input.get_device()), int64_t(type), int64_t(compute), m, c, k, ldw, int64_t(epi),
+      int64_t(has_residual)};
   // (Every operand is aligned to 16 bytes: checked above.)
   const std::optional<cublasLtMatmulAlgo_t> algo = lt_algorithm(key, handle, p, 16);
   if (!algo) return std::nullopt;
@@ -98,12 +98,10 @@ std::optional<at::Tensor> pointwise_fused_lt_cuda(const at::Tensor& input, const
   at::Tensor out = empty_channels_last(input, s.in.n, k, s.oh, s.ow);
   const float alpha = 1.0f, beta = has_residual ? 1.0f : 0.0f;
   const void* c_ptr = has_residual ? epilogue.residual.const_data_ptr() : out.const_data_ptr();
-  const cublasStatus_t status = api.matmul(handle, p.op, &alpha, weight.const_data_ptr(), p.a,
-                                           input.const_data_ptr(), p.b, &beta, c_ptr, p.d,
-                                           out.mutable_data_ptr(), p.d, &*algo,
-                                           at::cuda::getCUDABlasLtWorkspace(),
-                                           at::cuda::getCUDABlasLtWorkspaceSize(),
-                                           at::cuda::getCurrentCUDAStream());
+  const cublasStatus_t status = api.matmul(
+      handle, p.op, &alpha, weight.const_data_ptr(), p.a, input.const_data_ptr(), p.b, &beta, c_ptr,
+      p.d, out.mutable_data_ptr(), p.d, &*algo, at::cuda::getCUDABlasLtWorkspace(),
+      at::cuda::getCUDABlasLtWorkspaceSize(), at::cuda::getCurrentCUDAStream());
   // A configuration cuBLASLt turns down before launching anything goes to the
   // other routes; any other failure is an error.
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return std::nullopt;

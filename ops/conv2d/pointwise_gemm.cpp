@@ -24,7 +24,8 @@ bool takes(const Conv2dShape<int64_t>& s) {
 // 0, ATen's CPU bmm took another route, 1.6-2x slower (MobileNetV2's 16 -> 96
 // layer at 112x112, N=8, 2 threads: 11.5 ms against 5.9).
 at::Tensor matrix(const at::Tensor& t, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
-  return strided_view(t, {1, rows, cols}, {rows * cols, row_stride, col_stride}, t.storage_offset());
+  return strided_view(t, {1, rows, cols}, {rows * cols, row_stride, col_stride},
+                      t.storage_offset());
 }
 
 // A channels_last (N, C, H, W) tensor as its (1, N*H*W, C) matrix, in place.
