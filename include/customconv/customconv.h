@@ -69,9 +69,10 @@ CUSTOMCONV_API at::Tensor col2im(const at::Tensor& columns, c10::IntArrayRef out
                                  c10::IntArrayRef kernel_size, c10::IntArrayRef stride = 1,
                                  c10::IntArrayRef padding = 0, c10::IntArrayRef dilation = 1);
 
-// Bound on the temporary memory of one im2col-based call (default 256 MiB;
-// environment variable CUSTOMCONV_WORKSPACE_MB). A chunk always holds at least
-// one image, so a call uses at most max(limit, one image's columns + GEMM output).
+// Bound on the temporary memory of one conv2d call's column buffers and
+// layout changes (default 48 MiB; environment variable CUSTOMCONV_WORKSPACE_MB).
+// A chunk always holds at least one image, so a call uses at most max(limit,
+// one image's columns + GEMM output).
 CUSTOMCONV_API int64_t workspace_limit_bytes();
 CUSTOMCONV_API void set_workspace_limit_bytes(int64_t bytes);
 

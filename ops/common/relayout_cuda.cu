@@ -186,6 +186,18 @@ at::Tensor to_memory_format(const at::Tensor& t, at::MemoryFormat format) {
   return out;
 }
 
+void copy_in_memory_format(const at::Tensor& src, const at::Tensor& dst, at::MemoryFormat format) {
+  if (src.is_contiguous(format) || !kernel_takes(src, format) || !dst.is_contiguous(format) ||
+      dst.sizes() != src.sizes() || dst.scalar_type() != src.scalar_type() ||
+      dst.device() != src.device()) {
+    dst.copy_(src);
+    return;
+  }
+  const c10::cuda::CUDAGuard guard(src.device());
+  const Transpose job = job_of(src, dst.mutable_data_ptr(), format);
+  launch({job, job, job.tiles}, src.element_size());
+}
+
 std::pair<at::Tensor, at::Tensor> to_channels_last_together(const at::Tensor& a, const at::Tensor& b) {
   constexpr auto kCl = at::MemoryFormat::ChannelsLast;
   if (a.is_contiguous(kCl) || b.is_contiguous(kCl) || !kernel_takes(a, kCl) || !kernel_takes(b, kCl) ||

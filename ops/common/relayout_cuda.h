@@ -24,6 +24,11 @@ namespace customconv {
 // t.contiguous(format).
 at::Tensor to_memory_format(const at::Tensor& t, at::MemoryFormat format);
 
+// dst = src, where dst has src's sizes and dtype and is dense in `format`
+// (Contiguous or ChannelsLast): by the transpose kernel where it changes src
+// into that format, else by dst.copy_(src).
+void copy_in_memory_format(const at::Tensor& src, const at::Tensor& dst, at::MemoryFormat format);
+
 // (to_memory_format(a, ChannelsLast), to_memory_format(b, ChannelsLast)),
 // with one allocation and one launch where both need the kernel's copy.
 std::pair<at::Tensor, at::Tensor> to_channels_last_together(const at::Tensor& a, const at::Tensor& b);

@@ -10,7 +10,7 @@ namespace customconv {
 namespace {
 
 int64_t initial_limit() {
-  constexpr int64_t kDefaultMiB = 256;
+  constexpr int64_t kDefaultMiB = 48;
   const char* env = std::getenv("CUSTOMCONV_WORKSPACE_MB");
   if (env == nullptr || *env == '\0') return kDefaultMiB << 20;
   char* end = nullptr;

@@ -1,12 +1,14 @@
-// The bound on the temporary memory that im2col-based ops allocate.
+// The bound on the temporary memory that conv2d's routes allocate.
 //
 // conv2d and its backward ops process images in chunks: a chunk's column
 // buffer plus its GEMM result take at most `workspace_limit_bytes()`, except
 // that a chunk always holds at least one image. So the extra memory of one call
 // is at most max(limit, bytes for one image), where one image needs
-// (C*kh*kw + K) * H_out * W_out elements. The default limit is 256 MiB; the
-// environment variable CUSTOMCONV_WORKSPACE_MB (read once) or
-// set_workspace_limit_bytes() changes it.
+// (C*kh*kw + K) * H_out * W_out elements. The CUDA engine's layout changes of
+// NCHW operands (implicit_gemm.cpp) go in chunks under the same limit. The
+// default limit is 48 MiB, which keeps a call's extra memory within 64 MiB
+// with the smaller buffers that come with a chunk; the environment variable
+// CUSTOMCONV_WORKSPACE_MB (read once) or set_workspace_limit_bytes() changes it.
 #pragma once
 
 #include <cstdint>

@@ -1,10 +1,15 @@
 // batched_gemm on CUDA: one strided-batched product on the operands' own
 // strides, on the current stream, with the compute type PyTorch's
-// convolutions would use: a cublasLtMatmul with the algorithm kept per
-// problem (cublaslt.h), else (no cuBLASLt in the process, or no algorithm
-// for the problem) cublasGemmStridedBatchedEx, which runs cuBLAS's own
-// selection on every call: on an H200, 2-3 us more of the host's time a call
-// on ResNet-50's and MobileNetV2's 1x1 layers, up to 13 us on some.
+// convolutions would use. Products of at most 2^26 multiply-adds, whose
+// device time is a few microseconds, take a cublasLtMatmul with the
+// algorithm kept per problem (cublaslt.h): cublasGemmStridedBatchedEx runs
+// cuBLAS's own selection on every call, 2-3 us more of the host's time a
+// call on an H200, up to 13 us on some. Larger products (and every product
+// where cuBLASLt is missing or has no algorithm) take
+// cublasGemmStridedBatchedEx: there cuBLASLt's heuristic's first algorithm
+// measured slower on the device: ResNet-50's 1x1 layers at N=32 in float32
+// channels_last, forward+backward, took 9-52 us more a layer on an H200
+// (0.091-0.208 ms against 0.075-0.169).
 //
 // The library does not link cuBLAS itself: it calls the cuBLAS that libtorch_cuda
 // already loaded (process_symbol.h).
@@ -184,7 +189,10 @@ void batched_gemm_cuda(const at::Tensor& a_arg, const at::Tensor& b_arg, const a
   const void* alpha = is_double ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = is_double ? static_cast<const void*>(&beta_d) : &beta_f;
 
-  if (lt_batched_gemm(a, oa, b, ob, c, ldc, c_batch_stride, batch, m, n, k, compute, alpha, beta))
+  constexpr int64_t kLtMaxMacs = int64_t(1) << 26;
+  const bool small = batch * m <= kLtMaxMacs / n / k;  // batch * m * n * k <= 2^26
+  if (small &&
+      lt_batched_gemm(a, oa, b, ob, c, ldc, c_batch_stride, batch, m, n, k, compute, alpha, beta))
     return;
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();  // bound to the current stream
   // cuBLAS's (M, N, K) = (n, m, k); its A is b, its B is a.

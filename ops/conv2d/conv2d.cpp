@@ -490,12 +490,22 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
     return at::zeros(weight_arg.sizes(), input_arg.options().memory_format(format));
   }
   // Partial products and their sum: float32 for float16/bfloat16. The sum
-  // `acc` has the weight's shape, contiguous: (g, K/g, rows_g) in memory.
+  // `acc` has the weight's shape, contiguous: (g, K/g, rows_g) in memory;
+  // it is allocated where a route first needs it (a 16-bit gradient summed
+  // from one chunk's partial products by route.sum_slices never does).
   const auto acc_options = input_arg.options().dtype(
       partial_element_size(input_arg) > input_arg.element_size() ? at::kFloat : dtype);
-  at::Tensor acc = at::empty(weight_arg.sizes(), acc_options);
-  at::Tensor acc_rows = strided_view(acc, {p.g, p.kg, p.rows_g}, {p.kg * p.rows_g, p.rows_g, 1},
-                                     acc.storage_offset());
+  const int64_t acc_bytes =
+      weight_arg.numel() * c10::elementSize(acc_options.dtype().toScalarType());
+  at::Tensor acc, acc_rows;
+  const auto sum = [&]() -> at::Tensor& {
+    if (!acc.defined()) {
+      acc = at::empty(weight_arg.sizes(), acc_options);
+      acc_rows = strided_view(acc, {p.g, p.kg, p.rows_g}, {p.kg * p.rows_g, p.rows_g, 1},
+                              acc.storage_offset());
+    }
+    return acc_rows;
+  };
   const at::Tensor input = as_batch(input_arg, s.in.batched);
   const at::Tensor go = as_batch(grad_output, s.in.batched);
   at::Tensor buffer;
@@ -512,10 +522,11 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
                              columns_layout(p, nc));
     }
     if (p.per_image && s.in.n == 1) {  // one image: its product is the sum
+      const at::Tensor& rows = sum();
       gemm_per_image(
           kernels, grouped(go, p, 0, 1), transposed_view(cols, 2, 3),
-          strided_view(acc_rows, {1, p.g, p.kg, p.rows_g},
-                       {acc.numel(), p.kg * p.rows_g, p.rows_g, 1}, acc.storage_offset()));
+          strided_view(rows, {1, p.g, p.kg, p.rows_g}, {acc.numel(), p.kg * p.rows_g, p.rows_g, 1},
+                       acc.storage_offset()));
       continue;
     }
     if (p.per_image) {  // one partial product per image
@@ -523,9 +534,9 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
       gemm_per_image(kernels, grouped(go, p, n0, nc), transposed_view(cols, 2, 3), partial);
     } else {
       const at::Tensor go_rows = grad_output_rows(kernels, go, p, n0, nc);
-      const int64_t slices = reduction_slices(kernels, p, nc, acc.numel() * acc.element_size());
+      const int64_t slices = reduction_slices(kernels, p, nc, acc_bytes);
       if (slices == 1) {  // accumulate straight into the result
-        kernels.gemm(go_rows, transposed_view(cols, 1, 2), acc_rows, n0 > 0);
+        kernels.gemm(go_rows, transposed_view(cols, 1, 2), sum(), n0 > 0);
         continue;
       }
       partial = at::empty({slices, p.g, p.kg, p.rows_g}, acc_options);
@@ -533,15 +544,20 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
     }
     if (nc == s.in.n && kernels.route.sum_slices != nullptr) {
       // One chunk: the sum of its partial products is the result, rounded once.
-      at::Tensor gw =
-          acc.scalar_type() == dtype ? acc : at::empty(weight_arg.sizes(), input_arg.options());
+      at::Tensor gw;
+      if (acc_options.dtype() == input_arg.dtype()) {
+        sum();
+        gw = acc;
+      } else {
+        gw = at::empty(weight_arg.sizes(), input_arg.options());
+      }
       kernels.route.sum_slices(partial, gw);
       return in_format(gw);
     }
     if (n0 == 0) {
-      at::sum_out(acc_rows, partial, {0});
+      at::sum_out(sum(), partial, {0});
     } else {
-      acc_rows.add_(partial.sum(0));
+      sum().add_(partial.sum(0));
     }
   }
   return in_format(acc.scalar_type() == dtype ? acc : acc.to(dtype));

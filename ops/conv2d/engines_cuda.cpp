@@ -2,6 +2,7 @@
 #include "ops/conv2d/dense_mma.h"
 #include "ops/conv2d/grouped_direct.h"
 #include "ops/conv2d/grouped_mma.h"
+#include "ops/conv2d/image_chunks.h"
 #include "ops/conv2d/implicit_gemm.h"
 #include "ops/conv2d/pointwise_fused_lt.h"
 #include "ops/conv2d/stem_direct.h"
@@ -90,6 +91,27 @@ bool grouped_hopper_first(const at::Tensor& input, const Conv2dShape<int64_t>& s
 #endif
 }
 
+// The grouped forward on tensor cores (grouped_mma.h), an NCHW input in
+// chunks of images (image_chunks.h) whose channels_last results are written
+// into the output's images.
+std::optional<at::Tensor> grouped_mma_forward(const at::Tensor& input, const at::Tensor& weight,
+                                              const std::optional<at::Tensor>& bias,
+                                              const Conv2dShape<int64_t>& s,
+                                              const ConvEpilogue* epilogue = nullptr) {
+  const int64_t chunk =
+      relayout_chunk(input, s, !input.is_contiguous(at::MemoryFormat::ChannelsLast));
+  if (chunk >= s.in.n) return grouped_mma_conv2d(input, weight, bias, s, epilogue);
+  return by_image_chunks(
+      s.in.n, chunk, input.options(), conv2d_output_format(input, weight),
+      [&](int64_t n0, int64_t nc) {
+        const ConvEpilogue part =
+            epilogue != nullptr ? epilogue_images(*epilogue, n0, nc) : ConvEpilogue{};
+        return grouped_mma_conv2d(input.narrow(0, n0, nc), weight, bias, with_images(s, nc),
+                                  epilogue != nullptr ? &part : nullptr,
+                                  /*channels_last_result=*/true);
+      });
+}
+
 }  // namespace
 
 std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::Tensor& weight,
@@ -120,7 +142,7 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
     // 24.3 (tiled) / 19.8. On sm_90, float32 groups of 8 with a stride go
     // to the Hopper forward of merged groups first (grouped_hopper_first).
     if (!grouped_hopper_first(input, s)) {
-      if (auto out = grouped_mma_conv2d(input, weight, bias, s)) return out;
+      if (auto out = grouped_mma_forward(input, weight, bias, s)) return out;
     }
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS
@@ -148,7 +170,7 @@ std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
   // C operand (pointwise_fused_lt.h).
   if (auto out = pointwise_fused_lt_cuda(input, weight, bias, s, epilogue)) return out;
   if (s.groups > 1 && (epilogue.has_residual() || !grouped_hopper_first(input, s))) {  // as in the forward
-    if (auto out = grouped_mma_conv2d(input, weight, bias, s, &epilogue)) return out;
+    if (auto out = grouped_mma_forward(input, weight, bias, s, &epilogue)) return out;
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS
   if (auto out = implicit_gemm_conv2d_fused(input, weight, bias, s, epilogue)) return out;

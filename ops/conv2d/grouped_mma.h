@@ -48,11 +48,13 @@ constexpr int64_t kGroupedMmaMaxTaps = 10;
 
 // With `epilogue` (conv2d_fused), its residual added and its activation
 // applied as the results are stored; it declines a residual that is not
-// channels_last.
+// channels_last. The result is in conv2d_output_format, or with
+// `channels_last_result` channels_last (for a caller that changes it itself).
 std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::Tensor& weight,
                                              const std::optional<at::Tensor>& bias,
                                              const Conv2dShape<int64_t>& s,
-                                             const ConvEpilogue* epilogue = nullptr);
+                                             const ConvEpilogue* epilogue = nullptr,
+                                             bool channels_last_result = false);
 
 // The weight gradient of grouped 3x3 layers with 8, 16 or 32 input and
 // output channels a group (ResNeXt's 32 groups of 8 to 32, RegNet's groups of

@@ -367,7 +367,9 @@ bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
 
 std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::Tensor& weight,
                                              const std::optional<at::Tensor>& bias,
-                                             const Conv2dShape<int64_t>& s, const ConvEpilogue* epilogue) {
+                                             const Conv2dShape<int64_t>& s,
+                                             const ConvEpilogue* epilogue,
+                                             bool channels_last_result) {
   if (!takes(input, s)) return std::nullopt;
   // The residual is read where the output is written: channels_last, aligned like it.
   const bool has_residual = epilogue != nullptr && epilogue->has_residual();
@@ -376,7 +378,8 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
     return std::nullopt;
   }
   const c10::cuda::CUDAGuard guard(input.device());
-  const at::MemoryFormat format = conv2d_output_format(input, weight);
+  const at::MemoryFormat format =
+      channels_last_result ? kChannelsLast : conv2d_output_format(input, weight);
   // NCHW data through the transpose kernel (relayout_cuda.h): ATen's
   // element-wise copies took ResNeXt's 128-channel layer at 56x56 in float16
   // from 59 us of kernel to 238 us.

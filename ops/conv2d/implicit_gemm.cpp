@@ -6,9 +6,11 @@
 
 #include "ops/common/launch.h"
 #include "ops/common/relayout_cuda.h"
+#include "ops/common/workspace.h"
 #include "ops/conv2d/block_diagonal_weight.h"
 #include "ops/conv2d/conv2d.h"
 #include "ops/conv2d/halo_plan.h"
+#include "ops/conv2d/image_chunks.h"
 #include "ops/conv2d/rotated_weight.h"
 #include "ops/conv2d/space_to_depth_cuda.h"
 
@@ -16,6 +18,8 @@
 #include <cstdint>
 #include <limits>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 namespace customconv {
 namespace {
@@ -461,16 +465,15 @@ std::optional<at::Tensor> fprop(const at::Tensor& input, const at::Tensor& weigh
   return out;
 }
 
-// The forward, unfused (epilogue null) or fused.
-std::optional<at::Tensor> forward(const at::Tensor& input, const at::Tensor& weight,
-                                  const std::optional<at::Tensor>& bias, const Conv2dShape<int64_t>& s,
-                                  const ConvEpilogue* epilogue) {
-  const bool nchw_result = conv2d_output_format(input, weight) != kChannelsLast;
+// The forward of one chunk of images (or the whole batch), unfused (epilogue
+// null) or fused: the channels_last result.
+std::optional<at::Tensor> forward_images(const at::Tensor& input, const at::Tensor& weight,
+                                         const std::optional<at::Tensor>& bias,
+                                         const Conv2dShape<int64_t>& s,
+                                         const ConvEpilogue* epilogue, bool nchw_result) {
   if (const auto packed = packed_stem(input, s, nchw_result ? kMaxPackedReductionNchw : kMaxPackedReduction)) {
-    const auto out = fprop(packed_input(input, *packed), packed_weight(weight, *packed), bias,
-                           packed->shape, epilogue);
-    if (!out) return std::nullopt;
-    return in_format(*out, input, weight);
+    return fprop(packed_input(input, *packed), packed_weight(weight, *packed), bias, packed->shape,
+                 epilogue);
   }
   const auto x = prepare(input, s, 0, relayout_nchw(s, /*forward=*/true),
                          s.groups == 1 ? weight : at::Tensor());
@@ -485,9 +488,55 @@ std::optional<at::Tensor> forward(const at::Tensor& input, const at::Tensor& wei
     w = block_diagonal(weight, s.groups, gs);
     merged.groups = s.groups / gs;
   }
-  const auto out = fprop(x->t, w, bias, merged, epilogue);
-  if (!out) return std::nullopt;
-  return in_format(*out, input, weight);
+  return fprop(x->t, w, bias, merged, epilogue);
+}
+
+// The forward, unfused (epilogue null) or fused. An NCHW input whose layout
+// changes goes in chunks of images (relayout_chunk), each chunk's result
+// written into the output's images.
+std::optional<at::Tensor> forward(const at::Tensor& input, const at::Tensor& weight,
+                                  const std::optional<at::Tensor>& bias,
+                                  const Conv2dShape<int64_t>& s, const ConvEpilogue* epilogue) {
+  const at::MemoryFormat format = conv2d_output_format(input, weight);
+  const bool nchw_result = format != kChannelsLast;
+  const int64_t chunk = relayout_chunk(input, s, !input.is_contiguous(kChannelsLast));
+  if (chunk >= s.in.n) {
+    const auto out = forward_images(input, weight, bias, s, epilogue, nchw_result);
+    if (!out) return std::nullopt;
+    return to_memory_format(*out, format);
+  }
+  return by_image_chunks(s.in.n, chunk, input.options(), format, [&](int64_t n0, int64_t nc) {
+    const ConvEpilogue part_epilogue =
+        epilogue != nullptr ? epilogue_images(*epilogue, n0, nc) : ConvEpilogue{};
+    return forward_images(input.narrow(0, n0, nc), weight, bias, with_images(s, nc),
+                          epilogue != nullptr ? &part_epilogue : nullptr, nchw_result);
+  });
+}
+
+// The sm80-style weight gradient's tile and reduction slices for x (prepared)
+// and xs, the shape the kernels take.
+struct WgradSlices {
+  WgradTile tile;
+  int split;
+};
+WgradSlices wgrad_slices(const at::Tensor& x, const Conv2dShape<int64_t>& xs) {
+  const WgradTile tile = wgrad_tile(x, xs, false);
+  return {tile, wgrad_split_k(x, xs, int(x.get_device()), tile)};
+}
+
+// The sm80-style weight gradient of prepared operands into `planes`: its
+// slices' float32 (K, kh, kw, C) planes, sl.split of them from there on.
+// Whether it launched.
+bool wgrad_into_planes(const at::Tensor& x, const at::Tensor& go, const Conv2dShape<int64_t>& xs,
+                       WgradSlices sl, float* planes) {
+  implicit_gemm::ConvProblem pr = geometry(x, xs);
+  pr.input = const_cast<void*>(x.const_data_ptr());
+  set_input_strides(pr, x);
+  pr.output = const_cast<void*>(go.const_data_ptr());
+  pr.wgrad_tile = sl.tile;
+  pr.split_k = sl.split;
+  pr.weight = planes;
+  return kWgrad(x, pr);
 }
 
 // The weight gradient on prepared operands (x and go channels_last, xs the
@@ -496,14 +545,15 @@ std::optional<at::Tensor> forward(const at::Tensor& input, const at::Tensor& wei
 std::optional<at::Tensor> wgrad(const at::Tensor& x, const at::Tensor& go,
                                 const Conv2dShape<int64_t>& xs) {
   if (!aligned16(x) || !aligned16(go)) return std::nullopt;
-  implicit_gemm::ConvProblem pr = geometry(x, xs);
-  pr.input = const_cast<void*>(x.const_data_ptr());
-  set_input_strides(pr, x);
-  pr.output = const_cast<void*>(go.const_data_ptr());
 #ifdef CUSTOMCONV_WITH_SM90A
   // (The Hopper kernel reads packed NHWC only.)
-  pr.wgrad_tile = pr.input_strides[0] != 0 ? WgradTile::kLarge : wgrad_tile(x, xs, is_sm90(pr.device));
-  if (pr.wgrad_tile == WgradTile::kSm90) {
+  if (x.is_contiguous(kChannelsLast) &&
+      wgrad_tile(x, xs, is_sm90(int(x.get_device()))) == WgradTile::kSm90) {
+    implicit_gemm::ConvProblem pr = geometry(x, xs);
+    pr.input = const_cast<void*>(x.const_data_ptr());
+    set_input_strides(pr, x);
+    pr.output = const_cast<void*>(go.const_data_ptr());
+    pr.wgrad_tile = WgradTile::kSm90;
     // One pass, written in the element type: (K, kh, kw, C) in memory.
     const at::Tensor gw = at::empty({xs.k, xs.in.c, xs.win.kh, xs.win.kw},
                                     x.options().memory_format(kChannelsLast));
@@ -513,20 +563,56 @@ std::optional<at::Tensor> wgrad(const at::Tensor& x, const at::Tensor& go,
     if (launched) return gw;
   }
 #endif
-  pr.wgrad_tile = wgrad_tile(x, xs, false);
-  pr.split_k = wgrad_split_k(x, xs, pr.device, pr.wgrad_tile);
+  const WgradSlices sl = wgrad_slices(x, xs);
   // The slices' float32 (K, kh, kw, C) planes, summed in order and rounded once.
-  const at::Tensor planes = at::empty({pr.split_k, xs.k, xs.win.kh, xs.win.kw, xs.in.c},
-                                      x.options().dtype(at::kFloat));
-  pr.weight = planes.mutable_data_ptr();
-  if (!kWgrad(x, pr)) return std::nullopt;
+  const at::Tensor planes =
+      at::empty({sl.split, xs.k, xs.win.kh, xs.win.kw, xs.in.c}, x.options().dtype(at::kFloat));
+  if (!wgrad_into_planes(x, go, xs, sl, planes.mutable_data_ptr<float>())) return std::nullopt;
   // (K, kh, kw, C) in memory: the (K, C, kh, kw) gradient, channels_last.
   // One float32 slice is the gradient itself; else the slices are summed in
   // order and rounded once, in one launch (column_route.h).
-  if (pr.split_k == 1 && x.scalar_type() == at::kFloat)
+  if (sl.split == 1 && x.scalar_type() == at::kFloat)
     return planes.select(0, 0).permute({0, 3, 1, 2});
   at::Tensor gw =
       at::empty({xs.k, xs.in.c, xs.win.kh, xs.win.kw}, x.options().memory_format(kChannelsLast));
+  sum_slices_cuda(planes, gw);
+  return gw;
+}
+
+// The weight gradient of `n` images in chunks of `chunk` (relayout_chunk):
+// operands(n0, nc) gives the chunk's prepared input and grad_output
+// (channels_last; nullopt where they cannot be), shape(nc) the kernels' shape
+// for nc images. Each chunk's slices' float32 planes follow the previous
+// chunks', all of them within a third of workspace_limit_bytes() (at least
+// a plane a chunk), summed in order and rounded once: (K, C, kh, kw) of the
+// kernels' shape, stored channels_last, or nullopt where a chunk declines.
+template <class Shape, class Operands>
+std::optional<at::Tensor> wgrad_in_chunks(const at::Tensor& input, int64_t n, int64_t chunk,
+                                          const Shape& shape, const Operands& operands) {
+  const Conv2dShape<int64_t> xs = shape(chunk);
+  const int64_t plane = xs.k * xs.win.kh * xs.win.kw * xs.in.c;
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  const int64_t cap = std::max<int64_t>(1, workspace_limit_bytes() / 3 / (plane * 4) / chunks);
+  std::vector<WgradSlices> slices;
+  int64_t total = 0;
+  for (int64_t n0 = 0; n0 < n; n0 += chunk) {
+    WgradSlices sl = wgrad_slices(input, shape(std::min(chunk, n - n0)));
+    sl.split = int(std::min<int64_t>(sl.split, cap));
+    slices.push_back(sl);
+    total += sl.split;
+  }
+  const at::Tensor planes =
+      at::empty({total, xs.k, xs.win.kh, xs.win.kw, xs.in.c}, input.options().dtype(at::kFloat));
+  float* at = planes.mutable_data_ptr<float>();
+  for (int64_t n0 = 0, i = 0; n0 < n; n0 += chunk, ++i) {
+    const int64_t nc = std::min(chunk, n - n0);
+    const auto xg = operands(n0, nc);
+    if (!xg || !aligned16(xg->first) || !aligned16(xg->second)) return std::nullopt;
+    if (!wgrad_into_planes(xg->first, xg->second, shape(nc), slices[i], at)) return std::nullopt;
+    at += slices[i].split * plane;
+  }
+  at::Tensor gw = at::empty({xs.k, xs.in.c, xs.win.kh, xs.win.kw},
+                            input.options().memory_format(kChannelsLast));
   sum_slices_cuda(planes, gw);
   return gw;
 }
@@ -655,6 +741,32 @@ std::optional<at::Tensor> grad_input_by_hopper_phases(const at::Tensor& go, cons
 }
 #endif
 
+namespace {
+
+// The input gradient of one chunk of images (or the whole batch), stored
+// channels_last.
+std::optional<at::Tensor> grad_input_images(const at::Tensor& grad_output, const at::Tensor& input,
+                                            const at::Tensor& weight,
+                                            const Conv2dShape<int64_t>& s) {
+  const auto go = prepare(grad_output, s, 0, relayout_nchw(s, /*forward=*/false), weight);
+  if (!go) return std::nullopt;
+#ifdef CUSTOMCONV_WITH_SM90A
+  if (auto gi = grad_input_as_hopper_forward(go->t, input, weight, s)) return gi;
+  if (auto gi = grad_input_by_hopper_phases(go->t, input, weight, s)) return gi;
+#endif
+  const at::Tensor w = go->with.defined() ? go->with : to_memory_format(weight, kChannelsLast);
+  if (!aligned16(w)) return std::nullopt;
+  at::Tensor gi = empty_channels_last(input, s.in.n, s.in.c, s.in.h, s.in.w);
+  implicit_gemm::ConvProblem pr = geometry(input, s);
+  pr.input = gi.mutable_data_ptr();
+  pr.weight = const_cast<void*>(w.const_data_ptr());
+  pr.output = const_cast<void*>(go->t.const_data_ptr());
+  if (!kDgrad(input, pr)) return std::nullopt;
+  return gi;
+}
+
+}  // namespace
+
 std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad_output,
                                                           const at::Tensor& input,
                                                           const at::Tensor& weight,
@@ -665,24 +777,20 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
   if ((win.sh != 1 || win.sw != 1) && (win.dh != 1 || win.dw != 1)) return std::nullopt;
   if (s.in.n * s.in.h * s.in.w == 0 || s.oh * s.ow == 0) return std::nullopt;
   if (s.in.c % channel_multiple(input) != 0) return std::nullopt;
-  const auto go = prepare(grad_output, s, 0, relayout_nchw(s, /*forward=*/false), weight);
-  if (!go) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
-#ifdef CUSTOMCONV_WITH_SM90A
-  if (auto gi = grad_input_as_hopper_forward(go->t, input, weight, s))
-    return in_format(*gi, input, weight);
-  if (auto gi = grad_input_by_hopper_phases(go->t, input, weight, s))
-    return in_format(*gi, input, weight);
-#endif
-  const at::Tensor w = go->with.defined() ? go->with : to_memory_format(weight, kChannelsLast);
-  if (!aligned16(w)) return std::nullopt;
-  at::Tensor gi = empty_channels_last(input, s.in.n, s.in.c, s.in.h, s.in.w);
-  implicit_gemm::ConvProblem pr = geometry(input, s);
-  pr.input = gi.mutable_data_ptr();
-  pr.weight = const_cast<void*>(w.const_data_ptr());
-  pr.output = const_cast<void*>(go->t.const_data_ptr());
-  if (!kDgrad(input, pr)) return std::nullopt;
-  return in_format(gi, input, weight);
+  // An NCHW grad_output whose layout changes goes in chunks of images
+  // (relayout_chunk), as the forward's input does.
+  const at::MemoryFormat format = conv2d_output_format(input, weight);
+  const int64_t chunk = relayout_chunk(grad_output, s, !grad_output.is_contiguous(kChannelsLast));
+  if (chunk >= s.in.n) {
+    const auto gi = grad_input_images(grad_output, input, weight, s);
+    if (!gi) return std::nullopt;
+    return to_memory_format(*gi, format);
+  }
+  return by_image_chunks(s.in.n, chunk, input.options(), format, [&](int64_t n0, int64_t nc) {
+    return grad_input_images(grad_output.narrow(0, n0, nc), input.narrow(0, n0, nc), weight,
+                             with_images(s, nc));
+  });
 }
 
 bool implicit_gemm_wgrad_on_hopper(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
@@ -700,22 +808,71 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& gra
                                                            const at::Tensor& weight,
                                                            const Conv2dShape<int64_t>& s) {
   if (s.in.n * s.oh * s.ow == 0 || s.groups != 1) return std::nullopt;
+  const c10::cuda::CUDAGuard guard(input.device());
+  // NCHW operands whose layout changes go in chunks of images
+  // (wgrad_in_chunks), except 1x1 windows', which the column route takes
+  // then: their columns are the input itself or its strided positions, and
+  // cuBLAS's GEMMs over a chunk's long reduction fill the device where a
+  // chunk's slices do not. On an H200 at N=32 in float32 NCHW,
+  // forward+backward, ms, chunked slices / column route: 256 -> 512 from
+  // 56x56 stride 2, 0.687 / 0.505 (0.445 in one piece, with 159 MiB of
+  // copies); 512 -> 1024 from 28x28 stride 2, 0.432 / 0.393; the 7x7 stem
+  // 1.29 / 1.81; 64 -> 64 3x3 at 56x56 0.376 / 0.434.
+  const bool nchw =
+      !input.is_contiguous(kChannelsLast) || !grad_output.is_contiguous(kChannelsLast);
+  const int64_t chunk = relayout_chunk(input, s, nchw);
+  if (chunk < s.in.n && s.win.kh == 1 && s.win.kw == 1) return std::nullopt;
+  const auto cl = [](const at::Tensor& t) { return to_memory_format(t, kChannelsLast); };
   if (const auto packed = packed_stem(input, s)) {
-    const c10::cuda::CUDAGuard guard(input.device());
-    const auto gw = wgrad(packed_input(input, *packed),
-                          to_memory_format(grad_output, kChannelsLast), packed->shape);
+    std::optional<at::Tensor> gw;
+    if (chunk >= s.in.n) {
+      gw = wgrad(packed_input(input, *packed), cl(grad_output), packed->shape);
+    } else {
+      gw = wgrad_in_chunks(
+          input, s.in.n, chunk, [&](int64_t nc) { return with_images(packed->shape, nc); },
+          [&](int64_t n0, int64_t nc) {
+            return std::optional(std::make_pair(packed_input(input.narrow(0, n0, nc), *packed),
+                                                cl(grad_output.narrow(0, n0, nc))));
+          });
+    }
     if (!gw) return std::nullopt;
     return in_format(unpacked_weight_grad(*gw, *packed, s), input, weight);
   }
-  const auto x = prepare(input, s, channel_multiple(input), relayout_nchw(s, /*forward=*/false),
-                         grad_output);
-  if (!x) return std::nullopt;
-  const c10::cuda::CUDAGuard guard(input.device());
-  const at::Tensor go = x->with.defined() ? x->with : to_memory_format(grad_output, kChannelsLast);
-  const auto gw = wgrad(x->t, go, x->s);
+  const int64_t pad = channel_multiple(input);
+  const bool relayout = relayout_nchw(s, /*forward=*/false);
+  std::optional<at::Tensor> gw;
+  int64_t kernel_c = s.in.c;  // the kernels' input channels (padded to a vector)
+  if (chunk >= s.in.n) {
+    const auto x = prepare(input, s, pad, relayout, grad_output);
+    if (!x) return std::nullopt;
+    kernel_c = x->s.in.c;
+    gw = wgrad(x->t, x->with.defined() ? x->with : cl(grad_output), x->s);
+  } else {
+    const auto part = [&](int64_t n0, int64_t nc) {
+      return prepare(input.narrow(0, n0, nc), with_images(s, nc), pad, relayout,
+                     grad_output.narrow(0, n0, nc));
+    };
+    std::optional<Operand> first = part(0, chunk);  // moved into the first chunk's pass
+    if (!first) return std::nullopt;
+    kernel_c = first->s.in.c;
+    gw = wgrad_in_chunks(
+        input, s.in.n, chunk,
+        [&](int64_t nc) {
+          Conv2dShape<int64_t> xs = with_images(s, nc);
+          xs.in.c = kernel_c;
+          return xs;
+        },
+        [&](int64_t n0, int64_t nc) -> std::optional<std::pair<at::Tensor, at::Tensor>> {
+          const std::optional<Operand> x = n0 == 0 ? std::move(first) : part(n0, nc);
+          first.reset();
+          if (!x) return std::nullopt;
+          return std::make_pair(x->t,
+                                x->with.defined() ? x->with : cl(grad_output.narrow(0, n0, nc)));
+        });
+  }
   if (!gw) return std::nullopt;
   // The padded channels' gradient dropped.
-  return in_format(x->s.in.c == s.in.c ? *gw : gw->narrow(1, 0, s.in.c), input, weight);
+  return in_format(kernel_c == s.in.c ? *gw : gw->narrow(1, 0, s.in.c), input, weight);
 }
 
 // The gradients of grouped layers with at most kMaxDenseGroups groups, where

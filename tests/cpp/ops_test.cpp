@@ -634,11 +634,11 @@ TEST(VersionTest, IsMajorDotMinorDotPatch) {
   for (const auto& p : parts) EXPECT_FALSE(p.empty()) << "version " << v;
 }
 
-TEST(WorkspaceLimitTest, IsPositiveAndDefaultsTo256MiB) {
+TEST(WorkspaceLimitTest, IsPositiveAndDefaultsTo48MiB) {
   EXPECT_GT(customconv::workspace_limit_bytes(), 0);
   const char* env = std::getenv("CUSTOMCONV_WORKSPACE_MB");
   if (env == nullptr || *env == '\0') {
-    EXPECT_EQ(customconv::workspace_limit_bytes(), int64_t{256} << 20);
+    EXPECT_EQ(customconv::workspace_limit_bytes(), int64_t{48} << 20);
   }
 }
 

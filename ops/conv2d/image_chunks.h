@@ -1,0 +1,79 @@
+// Passes over NCHW images in chunks, for the CUDA engines that change NCHW
+// operands to channels_last (implicit_gemm.cpp, and the grouped tensor-core
+// forward through engines_cuda.cpp): a chunk's channels_last copies stay
+// within workspace_limit_bytes() (ops/common/workspace.h), as the column
+// route's buffers do. At N=32 in float32, ResNet-50's stem and strided 1x1
+// layers and ResNeXt-50's 56x56 grouped layers changed 98-245 MiB of NCHW
+// data in one piece.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "ops/common/conv_shapes.h"
+#include "ops/common/epilogue.h"
+#include "ops/common/relayout_cuda.h"
+#include "ops/common/workspace.h"
+
+namespace customconv {
+
+// Images per chunk of a pass whose NCHW operands change layout (`nchw`: the
+// input's or grad_output's layout changes; else the whole batch): the
+// channels_last copies of a chunk's input and output sides, (C*H*W + K*P*Q)
+// elements an image, stay within the workspace limit.
+// The chunks are as even as their number allows (32 images in two chunks of
+// 16, not 30 and 2): a chunk of a few images fills the device poorly.
+// `share` (at most 1) scales the limit, for a pass whose other buffers take
+// the rest.
+inline int64_t relayout_chunk(const at::Tensor& t, const Conv2dShape<int64_t>& s, bool nchw,
+                              double share = 1.0) {
+  const int64_t n = std::max<int64_t>(s.in.n, 1);
+  if (!nchw || !s.in.batched) return n;
+  const double image = double((s.in.c * s.in.h * s.in.w + s.k * s.oh * s.ow) * t.element_size());
+  const int64_t fit = images_per_chunk(n, int64_t(image / share));
+  const int64_t chunks = (n + fit - 1) / fit;
+  return (n + chunks - 1) / chunks;
+}
+
+inline Conv2dShape<int64_t> with_images(Conv2dShape<int64_t> s, int64_t n) {
+  s.in.n = n;
+  return s;
+}
+
+// The epilogue of images [n0, n0 + nc): its residual's images.
+inline ConvEpilogue epilogue_images(const ConvEpilogue& e, int64_t n0, int64_t nc) {
+  ConvEpilogue part;
+  part.activation = e.activation;
+  if (e.has_residual()) part.residual = e.residual.narrow(0, n0, nc);
+  return part;
+}
+
+// pass(n0, nc) -> std::optional<at::Tensor>: the result of images [n0, n0 +
+// nc), in any layout, for chunks of `chunk` of `n` images; the results written
+// into one tensor of `options` in `format` (by the transpose kernel where the
+// layout changes, relayout_cuda.h), or nullopt where a chunk declines
+// (another route then takes the batch).
+template <class Pass>
+std::optional<at::Tensor> by_image_chunks(int64_t n, int64_t chunk,
+                                          const at::TensorOptions& options, at::MemoryFormat format,
+                                          const Pass& pass) {
+  at::Tensor all;
+  for (int64_t n0 = 0; n0 < n; n0 += chunk) {
+    const int64_t nc = std::min(chunk, n - n0);
+    const std::optional<at::Tensor> part = pass(n0, nc);
+    if (!part) return std::nullopt;
+    if (!all.defined()) {
+      std::vector<int64_t> sizes = part->sizes().vec();
+      sizes[0] = n;
+      all = at::empty(sizes, options.memory_format(format));
+    }
+    copy_in_memory_format(*part, all.narrow(0, n0, nc), format);
+  }
+  return all;
+}
+
+}  // namespace customconv
