@@ -1,12 +1,14 @@
-"""NCHW operands of conv2d's tensor-core engine on CUDA (implicit_gemm.cpp) go
-to channels_last in chunks of images whose copies stay within the workspace
-limit (CUSTOMCONV_WORKSPACE_MB): the forward and the input gradient write each
-chunk's result into the output's images, and the weight gradient sums every
-chunk's float32 slices in order and rounds once. Each case runs in a process
-with a small limit, so that the batch splits, and matches float64 F.conv2d in
-every pass (fused forward included), its weight gradient without the column
-route's im2col (which 1x1 windows take instead) and repeated bit for bit; a second process checks that a large
-layer's extra memory stays near the limit in every pass."""
+"""NCHW operands of conv2d's tensor-core engines on CUDA (implicit_gemm.cpp,
+and the grouped forward of grouped_mma.h) go to channels_last in chunks of
+images whose copies stay within the workspace limit (CUSTOMCONV_WORKSPACE_MB,
+image_chunks.h): the forward and the input gradient write each chunk's result
+into the output's images, and the weight gradient sums every chunk's float32
+slices in order and rounds once (1x1 windows go to the column route instead).
+Each case runs in a process with a small limit, so that the batch splits, and
+matches float64 F.conv2d in every pass (the fused forward too); the weight
+gradient of the larger windows runs no im2col and repeats bit for bit. A
+second process checks that a large layer's extra memory stays near the limit
+in every pass."""
 
 import os
 import subprocess
@@ -59,13 +61,15 @@ MATCH_SCRIPT = textwrap.dedent(
             x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
             want = F.conv2d(x64, w64, None, st, pad, 1, groups)
             want_gi, want_gw = torch.autograd.grad(want, (x64, w64), g.double())
-            for what, got, ref in (("output", out, want), ("grad_input", gi, want_gi), ("grad_weight", gw, want_gw)):
+            for what, got, ref in (("output", out, want), ("grad_input", gi, want_gi),
+                                   ("grad_weight", gw, want_gw)):
                 close_in_norm(got, ref, rel, what)
             # The weight gradient stays on the engine (the column route would
             # run im2col), but for 1x1 windows, which the column route takes
             # where their layout change would be split.
             if ks != (1, 1):
-                names = kernels_launched(lambda: ops.conv2d_grad_weight(g, x.detach(), w.detach(), *cfg.args()))
+                names = kernels_launched(
+                    lambda: ops.conv2d_grad_weight(g, x.detach(), w.detach(), *cfg.args()))
                 assert "im2col" not in names, f"{ctx}: the column route ran: {names}"
             first = ops.conv2d_grad_weight(g, x.detach(), w.detach(), *cfg.args())
             again = ops.conv2d_grad_weight(g, x.detach(), w.detach(), *cfg.args())
@@ -106,7 +110,8 @@ MEMORY_SCRIPT = textwrap.dedent(
         out = fn()
         torch.cuda.synchronize()
         extra = torch.cuda.max_memory_allocated() - before - out.numel() * out.element_size()
-        assert extra <= limit + (2 << 20), f"{name}: {extra / 2**20:.1f} MiB beyond a {limit >> 20} MiB limit"
+        assert extra <= limit + (2 << 20), (
+            f"{name}: {extra / 2**20:.1f} MiB beyond a {limit >> 20} MiB limit")
     print("ok")
     """
 )
