@@ -7,7 +7,9 @@
 //
 // Takes: CUDA tensors stored channels_last (the input, and grad_output for the
 // gradients), or dense NCHW ones, changed to channels_last by one transpose
-// kernel and the results changed back (relayout_cuda.h), except for the
+// kernel and the results changed back (relayout_cuda.h), in chunks of images
+// whose copies stay within the workspace limit (image_chunks.h; 1x1 windows'
+// weight gradients that would be chunked are declined), except for the
 // pointwise layers whose NCHW route is a GEMM in place (nchw_gemm_in_place in
 // conv2d.h); float16 or bfloat16, or float32 where PyTorch's TF32 policy for
 // convolutions allows TF32 (torch.backends.cudnn.allow_tf32; the exact routes
