@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/DeviceType.h>
 #include <c10/util/ArrayRef.h>
 #include <c10/util/string_view.h>
 
@@ -70,10 +71,13 @@ CUSTOMCONV_API at::Tensor col2im(const at::Tensor& columns, c10::IntArrayRef out
                                  c10::IntArrayRef padding = 0, c10::IntArrayRef dilation = 1);
 
 // Bound on the temporary memory of one conv2d call's column buffers and
-// layout changes (default 48 MiB; environment variable CUSTOMCONV_WORKSPACE_MB).
-// A chunk always holds at least one image, so a call uses at most max(limit,
-// one image's columns + GEMM output).
-CUSTOMCONV_API int64_t workspace_limit_bytes();
+// layout changes on `device`: 256 MiB on the CPU and 48 MiB on CUDA by
+// default; the environment variable CUSTOMCONV_WORKSPACE_MB or
+// set_workspace_limit_bytes(bytes > 0) sets one limit for every device, and
+// set_workspace_limit_bytes(0) goes back to the environment's or the
+// defaults. A chunk always holds at least one image, so a call uses at most
+// max(limit, one image's columns + GEMM output).
+CUSTOMCONV_API int64_t workspace_limit_bytes(c10::DeviceType device = c10::DeviceType::CPU);
 CUSTOMCONV_API void set_workspace_limit_bytes(int64_t bytes);
 
 namespace detail {

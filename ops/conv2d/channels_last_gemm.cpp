@@ -97,7 +97,7 @@ void for_each_chunk(const at::Tensor& input, const Conv2dShape<int64_t>& s, Fn f
   const int64_t row_len = s.win.kh * s.win.kw * s.in.c;
   const int64_t image_bytes =
       checked_mul("conv2d", "the columns of one image", positions, row_len * input.element_size());
-  const int64_t chunk = images_per_chunk(s.in.n, image_bytes);
+  const int64_t chunk = images_per_chunk(s.in.n, image_bytes, input.device().type());
   const at::Tensor cols = at::empty({chunk * positions, row_len}, input.options());
   AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "conv2d_channels_last_gemm", [&] {
     for (int64_t n0 = 0; n0 < s.in.n; n0 += chunk) {
@@ -137,8 +137,10 @@ struct ShiftedGrid {
     const Window2d& w = s.win;
     hp = s.in.h + 2 * w.ph, wp = s.in.w + 2 * w.pw, plane = hp * wp;
     max_offset = w.dh * (w.kh - 1) * wp + w.dw * (w.kw - 1);
-    chunk = images_per_chunk(s.in.n, checked_mul(op, "the padded plane of one image", plane,
-                                                 (s.in.c + s.k) * input.element_size()));
+    chunk = images_per_chunk(s.in.n,
+                             checked_mul(op, "the padded plane of one image", plane,
+                                         (s.in.c + s.k) * input.element_size()),
+                             input.device().type());
   }
   // Images [n0, n0 + nc) of `input`, zero-padded, as (nc*hp*wp, C) rows.
   static at::Tensor padded_rows(const at::Tensor& input, const Window2d& w, int64_t n0, int64_t nc) {
@@ -292,7 +294,7 @@ std::optional<at::Tensor> channels_last_gemm_conv2d_grad_input(const at::Tensor&
   const at::Tensor wt = weight.permute({0, 2, 3, 1}).reshape({s.k, row_len});
   const int64_t image_bytes = checked_mul("conv2d_grad_input", "the columns of one image", positions,
                                           row_len * input.element_size());
-  const int64_t chunk = images_per_chunk(s.in.n, image_bytes);
+  const int64_t chunk = images_per_chunk(s.in.n, image_bytes, input.device().type());
   const at::Tensor cols = at::empty({chunk * positions, row_len}, input.options());
   AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "conv2d_grad_input_channels_last_gemm", [&] {
     for (int64_t n0 = 0; n0 < s.in.n; n0 += chunk) {

@@ -27,6 +27,7 @@ struct Plan {
   bool per_image;                 // columns (n, g, rows_g, L), not (g, rows_g, n*L)
   int64_t chunk;                  // images per chunk
   int64_t image_bytes;            // workspace bytes per image of a chunk
+  int64_t limit;                  // the workspace limit of the input's device
 };
 
 enum class Pass { kForward, kGradInput, kGradWeight };
@@ -43,6 +44,7 @@ int64_t partial_element_size(const at::Tensor& t) {
 Plan make_plan(const Conv2dShape<int64_t>& s, const at::Tensor& input, Pass pass) {
   Plan p{s, s.groups, s.k / s.groups, (s.in.c / s.groups) * s.win.kh * s.win.kw, s.oh * s.ow,
          false, false, 1, 0};
+  p.limit = workspace_limit_bytes(input.device().type());
   p.pointwise = nchw_gemm_in_place(s);  // the input is its own per-image columns
   p.per_image = p.length >= kPerImageMinLength || p.pointwise;
   // Per image: the columns, plus (second layout) the GEMM result or the
@@ -59,7 +61,7 @@ Plan make_plan(const Conv2dShape<int64_t>& s, const at::Tensor& input, Pass pass
   } else {
     bytes = checked_mul(op, "the workspace of one image", p.g * p.rows_g + s.k, p.length * elem);
   }
-  p.chunk = images_per_chunk(s.in.n, bytes);
+  p.chunk = images_per_chunk(s.in.n, bytes, input.device().type());
   p.image_bytes = bytes;
   return p;
 }
@@ -149,7 +151,7 @@ int64_t reduction_slices(const Conv2dKernels& kernels, const Plan& p, int64_t nc
   const int64_t tiles = ((p.kg + 127) / 128) * ((p.rows_g + 127) / 128) * p.g;
   const int64_t wanted = (kernels.gemm_parallelism() + tiles - 1) / tiles;
   const int64_t by_length = std::max<int64_t>(nc * p.length / 512, 1);
-  const int64_t free_bytes = workspace_limit_bytes() - nc * p.image_bytes;
+  const int64_t free_bytes = p.limit - nc * p.image_bytes;
   const int64_t by_memory = free_bytes / std::max<int64_t>(partial_bytes, 1);
   const int64_t slices = std::min({wanted, by_length, by_memory});
   return slices >= 2 ? slices : 1;

@@ -1,7 +1,7 @@
 // Passes over NCHW images in chunks, for the CUDA engines that change NCHW
 // operands to channels_last (implicit_gemm.cpp, and the grouped tensor-core
 // forward through engines_cuda.cpp): a chunk's channels_last copies stay
-// within workspace_limit_bytes() (ops/common/workspace.h), as the column
+// within the workspace limit (ops/common/workspace.h), as the column
 // route's buffers do. At N=32 in float32, ResNet-50's stem and strided 1x1
 // layers and ResNeXt-50's 56x56 grouped layers changed 98-245 MiB of NCHW
 // data in one piece.
@@ -34,7 +34,7 @@ inline int64_t relayout_chunk(const at::Tensor& t, const Conv2dShape<int64_t>& s
   const int64_t n = std::max<int64_t>(s.in.n, 1);
   if (!nchw || !s.in.batched) return n;
   const double image = double((s.in.c * s.in.h * s.in.w + s.k * s.oh * s.ow) * t.element_size());
-  const int64_t fit = images_per_chunk(n, int64_t(image / share));
+  const int64_t fit = images_per_chunk(n, int64_t(image / share), t.device().type());
   const int64_t chunks = (n + fit - 1) / fit;
   return (n + chunks - 1) / chunks;
 }

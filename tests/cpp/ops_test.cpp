@@ -634,28 +634,45 @@ TEST(VersionTest, IsMajorDotMinorDotPatch) {
   for (const auto& p : parts) EXPECT_FALSE(p.empty()) << "version " << v;
 }
 
-TEST(WorkspaceLimitTest, IsPositiveAndDefaultsTo48MiB) {
+TEST(WorkspaceLimitTest, IsPositiveAndDefaultsTo256MiBOnTheCpuAnd48OnCuda) {
   EXPECT_GT(customconv::workspace_limit_bytes(), 0);
   const char* env = std::getenv("CUSTOMCONV_WORKSPACE_MB");
   if (env == nullptr || *env == '\0') {
-    EXPECT_EQ(customconv::workspace_limit_bytes(), int64_t{48} << 20);
+    EXPECT_EQ(customconv::workspace_limit_bytes(), int64_t{256} << 20);
+    EXPECT_EQ(customconv::workspace_limit_bytes(c10::DeviceType::CPU), int64_t{256} << 20);
+    EXPECT_EQ(customconv::workspace_limit_bytes(c10::DeviceType::CUDA), int64_t{48} << 20);
   }
 }
 
-TEST(WorkspaceLimitTest, RejectsNonPositiveLimits) {
+TEST(WorkspaceLimitTest, RejectsNegativeLimits) {
   const int64_t before = customconv::workspace_limit_bytes();
-  EXPECT_C10_ERROR_MENTIONING(customconv::set_workspace_limit_bytes(0), "bytes");
   EXPECT_C10_ERROR_MENTIONING(customconv::set_workspace_limit_bytes(-1), "bytes");
+  EXPECT_C10_ERROR_MENTIONING(customconv::set_workspace_limit_bytes(-(int64_t{1} << 40)), "bytes");
   EXPECT_EQ(customconv::workspace_limit_bytes(), before);
 }
 
-TEST(WorkspaceLimitTest, SetterChangesTheLimitAndGuardRestoresIt) {
-  const int64_t before = customconv::workspace_limit_bytes();
+TEST(WorkspaceLimitTest, SetterSetsOneLimitForEveryDeviceAndZeroRestoresTheDefaults) {
+  const int64_t cpu = customconv::workspace_limit_bytes(c10::DeviceType::CPU);
+  const int64_t cuda = customconv::workspace_limit_bytes(c10::DeviceType::CUDA);
   {
     WorkspaceLimitGuard limit(12345);
-    EXPECT_EQ(customconv::workspace_limit_bytes(), 12345);
+    EXPECT_EQ(customconv::workspace_limit_bytes(c10::DeviceType::CPU), 12345);
+    EXPECT_EQ(customconv::workspace_limit_bytes(c10::DeviceType::CUDA), 12345);
+    const char* env = std::getenv("CUSTOMCONV_WORKSPACE_MB");
+    if (env == nullptr || *env == '\0') {
+      customconv::set_workspace_limit_bytes(0);
+      EXPECT_EQ(customconv::workspace_limit_bytes(c10::DeviceType::CPU), int64_t{256} << 20);
+      EXPECT_EQ(customconv::workspace_limit_bytes(c10::DeviceType::CUDA), int64_t{48} << 20);
+    }
   }
-  EXPECT_EQ(customconv::workspace_limit_bytes(), before);
+  EXPECT_EQ(customconv::workspace_limit_bytes(c10::DeviceType::CPU), cpu);
+  EXPECT_EQ(customconv::workspace_limit_bytes(c10::DeviceType::CUDA), cuda);
+  {
+    WorkspaceLimitGuard outer(1 << 20);
+    { WorkspaceLimitGuard inner(2 << 20); }
+    EXPECT_EQ(customconv::workspace_limit_bytes(c10::DeviceType::CUDA), 1 << 20);
+  }
+  EXPECT_EQ(customconv::workspace_limit_bytes(c10::DeviceType::CUDA), cuda);
 }
 
 // Forward and all gradients under the current limit vs the reference.

@@ -105,18 +105,27 @@ template <class Fn>
 
 namespace customconv_test {
 
-// The restoring guard for the process-wide workspace limit.
+// The restoring guard for the process-wide workspace limit: back to the
+// per-device defaults where no limit was set before, else to the one set.
 class WorkspaceLimitGuard {
  public:
-  explicit WorkspaceLimitGuard(int64_t bytes) : saved_(customconv::workspace_limit_bytes()) {
+  explicit WorkspaceLimitGuard(int64_t bytes)
+      : cpu_(customconv::workspace_limit_bytes(c10::DeviceType::CPU)),
+        cuda_(customconv::workspace_limit_bytes(c10::DeviceType::CUDA)) {
     customconv::set_workspace_limit_bytes(bytes);
   }
-  ~WorkspaceLimitGuard() { customconv::set_workspace_limit_bytes(saved_); }
+  ~WorkspaceLimitGuard() {
+    customconv::set_workspace_limit_bytes(0);
+    if (customconv::workspace_limit_bytes(c10::DeviceType::CPU) != cpu_ ||
+        customconv::workspace_limit_bytes(c10::DeviceType::CUDA) != cuda_) {
+      customconv::set_workspace_limit_bytes(cpu_);  // one limit was set for every device
+    }
+  }
   WorkspaceLimitGuard(const WorkspaceLimitGuard&) = delete;
   WorkspaceLimitGuard& operator=(const WorkspaceLimitGuard&) = delete;
 
  private:
-  int64_t saved_;
+  int64_t cpu_, cuda_;
 };
 
 // One conv2d call: input (n, c, h, w), weight (k, c/groups, kh, kw).
