@@ -98,17 +98,10 @@ std::optional<at::Tensor> grouped_mma_forward(const at::Tensor& input, const at:
                                               const std::optional<at::Tensor>& bias,
                                               const Conv2dShape<int64_t>& s,
                                               const ConvEpilogue* epilogue = nullptr) {
-  const int64_t chunk =
-      relayout_chunk(input, s, !input.is_contiguous(at::MemoryFormat::ChannelsLast));
-  if (chunk >= s.in.n) return grouped_mma_conv2d(input, weight, bias, s, epilogue);
-  return by_image_chunks(
-      s.in.n, chunk, input.options(), conv2d_output_format(input, weight),
-      [&](int64_t n0, int64_t nc) {
-        const ConvEpilogue part =
-            epilogue != nullptr ? epilogue_images(*epilogue, n0, nc) : ConvEpilogue{};
-        return grouped_mma_conv2d(input.narrow(0, n0, nc), weight, bias, with_images(s, nc),
-                                  epilogue != nullptr ? &part : nullptr,
-                                  /*channels_last_result=*/true);
+  return forward_by_image_chunks(
+      input, s, epilogue, conv2d_output_format(input, weight),
+      [&](const at::Tensor& x, const Conv2dShape<int64_t>& xs, const ConvEpilogue* e) {
+        return grouped_mma_conv2d(x, weight, bias, xs, e, /*channels_last_result=*/true);
       });
 }
 

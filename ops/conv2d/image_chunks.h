@@ -27,14 +27,11 @@ namespace customconv {
 // elements an image, stay within the workspace limit.
 // The chunks are as even as their number allows (32 images in two chunks of
 // 16, not 30 and 2): a chunk of a few images fills the device poorly.
-// `share` (at most 1) scales the limit, for a pass whose other buffers take
-// the rest.
-inline int64_t relayout_chunk(const at::Tensor& t, const Conv2dShape<int64_t>& s, bool nchw,
-                              double share = 1.0) {
+inline int64_t relayout_chunk(const at::Tensor& t, const Conv2dShape<int64_t>& s, bool nchw) {
   const int64_t n = std::max<int64_t>(s.in.n, 1);
   if (!nchw || !s.in.batched) return n;
-  const double image = double((s.in.c * s.in.h * s.in.w + s.k * s.oh * s.ow) * t.element_size());
-  const int64_t fit = images_per_chunk(n, int64_t(image / share), t.device().type());
+  const int64_t image = (s.in.c * s.in.h * s.in.w + s.k * s.oh * s.ow) * t.element_size();
+  const int64_t fit = images_per_chunk(n, image, t.device().type());
   const int64_t chunks = (n + fit - 1) / fit;
   return (n + chunks - 1) / chunks;
 }
@@ -74,6 +71,29 @@ std::optional<at::Tensor> by_image_chunks(int64_t n, int64_t chunk,
     copy_in_memory_format(*part, all.narrow(0, n0, nc), format);
   }
   return all;
+}
+
+// A forward whose NCHW input changes layout: pass(x, shape, epilogue) ->
+// std::optional<at::Tensor>, the channels_last result of the images x, on the
+// whole batch where its copies fit the limit (relayout_chunk), else on each
+// chunk with its share of the epilogue's residual; the result in `format`.
+template <class Pass>
+std::optional<at::Tensor> forward_by_image_chunks(const at::Tensor& input,
+                                                  const Conv2dShape<int64_t>& s,
+                                                  const ConvEpilogue* epilogue,
+                                                  at::MemoryFormat format, const Pass& pass) {
+  const int64_t chunk =
+      relayout_chunk(input, s, !input.is_contiguous(at::MemoryFormat::ChannelsLast));
+  if (chunk >= s.in.n) {
+    const std::optional<at::Tensor> out = pass(input, s, epilogue);
+    if (!out) return std::nullopt;
+    return to_memory_format(*out, format);
+  }
+  return by_image_chunks(s.in.n, chunk, input.options(), format, [&](int64_t n0, int64_t nc) {
+    const ConvEpilogue part =
+        epilogue != nullptr ? epilogue_images(*epilogue, n0, nc) : ConvEpilogue{};
+    return pass(input.narrow(0, n0, nc), with_images(s, nc), epilogue != nullptr ? &part : nullptr);
+  });
 }
 
 }  // namespace customconv

@@ -499,18 +499,11 @@ std::optional<at::Tensor> forward(const at::Tensor& input, const at::Tensor& wei
                                   const Conv2dShape<int64_t>& s, const ConvEpilogue* epilogue) {
   const at::MemoryFormat format = conv2d_output_format(input, weight);
   const bool nchw_result = format != kChannelsLast;
-  const int64_t chunk = relayout_chunk(input, s, !input.is_contiguous(kChannelsLast));
-  if (chunk >= s.in.n) {
-    const auto out = forward_images(input, weight, bias, s, epilogue, nchw_result);
-    if (!out) return std::nullopt;
-    return to_memory_format(*out, format);
-  }
-  return by_image_chunks(s.in.n, chunk, input.options(), format, [&](int64_t n0, int64_t nc) {
-    const ConvEpilogue part_epilogue =
-        epilogue != nullptr ? epilogue_images(*epilogue, n0, nc) : ConvEpilogue{};
-    return forward_images(input.narrow(0, n0, nc), weight, bias, with_images(s, nc),
-                          epilogue != nullptr ? &part_epilogue : nullptr, nchw_result);
-  });
+  return forward_by_image_chunks(
+      input, s, epilogue, format,
+      [&](const at::Tensor& x, const Conv2dShape<int64_t>& xs, const ConvEpilogue* e) {
+        return forward_images(x, weight, bias, xs, e, nchw_result);
+      });
 }
 
 // The sm80-style weight gradient's tile and reduction slices for x (prepared)
@@ -524,15 +517,23 @@ WgradSlices wgrad_slices(const at::Tensor& x, const Conv2dShape<int64_t>& xs) {
   return {tile, wgrad_split_k(x, xs, int(x.get_device()), tile)};
 }
 
+// The weight gradient's problem on prepared operands (x and go channels_last,
+// xs the shape the kernels take), its result pointer and tile left to set.
+implicit_gemm::ConvProblem wgrad_problem(const at::Tensor& x, const at::Tensor& go,
+                                         const Conv2dShape<int64_t>& xs) {
+  implicit_gemm::ConvProblem pr = geometry(x, xs);
+  pr.input = const_cast<void*>(x.const_data_ptr());
+  set_input_strides(pr, x);
+  pr.output = const_cast<void*>(go.const_data_ptr());
+  return pr;
+}
+
 // The sm80-style weight gradient of prepared operands into `planes`: its
 // slices' float32 (K, kh, kw, C) planes, sl.split of them from there on.
 // Whether it launched.
 bool wgrad_into_planes(const at::Tensor& x, const at::Tensor& go, const Conv2dShape<int64_t>& xs,
                        WgradSlices sl, float* planes) {
-  implicit_gemm::ConvProblem pr = geometry(x, xs);
-  pr.input = const_cast<void*>(x.const_data_ptr());
-  set_input_strides(pr, x);
-  pr.output = const_cast<void*>(go.const_data_ptr());
+  implicit_gemm::ConvProblem pr = wgrad_problem(x, go, xs);
   pr.wgrad_tile = sl.tile;
   pr.split_k = sl.split;
   pr.weight = planes;
@@ -549,10 +550,7 @@ std::optional<at::Tensor> wgrad(const at::Tensor& x, const at::Tensor& go,
   // (The Hopper kernel reads packed NHWC only.)
   if (x.is_contiguous(kChannelsLast) &&
       wgrad_tile(x, xs, is_sm90(int(x.get_device()))) == WgradTile::kSm90) {
-    implicit_gemm::ConvProblem pr = geometry(x, xs);
-    pr.input = const_cast<void*>(x.const_data_ptr());
-    set_input_strides(pr, x);
-    pr.output = const_cast<void*>(go.const_data_ptr());
+    implicit_gemm::ConvProblem pr = wgrad_problem(x, go, xs);
     pr.wgrad_tile = WgradTile::kSm90;
     // One pass, written in the element type: (K, kh, kw, C) in memory.
     const at::Tensor gw = at::empty({xs.k, xs.in.c, xs.win.kh, xs.win.kw},
