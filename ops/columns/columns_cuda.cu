@@ -1,6 +1,8 @@
 #include "ops/columns/column_kernels.h"
 
+#include "ops/common/index_divide.h"
 #include "ops/common/launch.h"
+#include "ops/common/relayout_cuda.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -16,19 +18,36 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// The window geometry in the kernels' index type.
+// The window geometry in the kernels' index type, with the divisors that
+// split a flat index into coordinates (FastDivide's for int32_t).
 template <typename I>
 struct Geometry {
   I c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
   I image_stride, row_stride;
+  Divide<I> c_div, h_div, w_div, oh_div, ow_div;
 };
 
 template <typename I>
 Geometry<I> geometry(const at::Tensor& images, const Window2d& k, int64_t oh, int64_t ow,
                      ColumnLayout lay) {
-  return {I(images.size(1)), I(images.size(2)), I(images.size(3)), I(oh), I(ow),
+  const I c = I(images.size(1)), h = I(images.size(2)), w = I(images.size(3));
+  return {c, h, w, I(oh), I(ow),
           I(k.kh), I(k.kw), I(k.sh), I(k.sw), I(k.ph), I(k.pw), I(k.dh), I(k.dw),
-          I(lay.image_stride), I(lay.row_stride)};
+          I(lay.image_stride), I(lay.row_stride),
+          Divide<I>::of(c), Divide<I>::of(h), Divide<I>::of(w), Divide<I>::of(I(oh)),
+          Divide<I>::of(I(ow))};
+}
+
+// Splits a flat index over (planes, rows, cols) into its coordinates.
+template <typename I>
+struct PlaneIndex {
+  I plane, y, x;
+};
+template <typename I>
+__device__ __forceinline__ PlaneIndex<I> split(I idx, const Divide<I>& rows,
+                                               const Divide<I>& cols) {
+  const I rest = cols.div(idx), p = rows.div(rest);
+  return {p, rest - p * I(rows.divisor), idx - rest * I(cols.divisor)};
 }
 
 // One thread per (image, channel, y, x) of the window grid; it writes the
@@ -40,11 +59,8 @@ __global__ void __launch_bounds__(kThreads)
     im2col_kernel(const T* __restrict__ in, T* __restrict__ col, I total, Geometry<I> g) {
   for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total;
        idx += I(gridDim.x) * blockDim.x) {
-    const I x = idx % g.ow;
-    const I rest = idx / g.ow;
-    const I y = rest % g.oh;
-    const I p = rest / g.oh;  // plane index b * c + ch
-    const I ch = p % g.c, b = p / g.c;
+    const auto [p, y, x] = split(idx, g.oh_div, g.ow_div);  // p: plane index b * c + ch
+    const I b = g.c_div.div(p), ch = p - b * g.c;
     const T* plane = in + p * g.h * g.w;
     T* dst = col + b * g.image_stride + ch * g.kh * g.kw * g.row_stride + y * g.ow + x;
     const I y0 = y * g.sh - g.ph, x0 = x * g.sw - g.pw;
@@ -72,16 +88,12 @@ struct alignas(sizeof(T) * V) Pack {
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     im2col_vec_kernel(const T* __restrict__ in, T* __restrict__ col, int32_t total,
-                      Geometry<int32_t> g) {
+                      Geometry<int32_t> g, FastDivide owv) {
   using I = int32_t;
-  const I owv = g.ow / V;
   for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total;
        idx += I(gridDim.x) * blockDim.x) {
-    const I xv = idx % owv;
-    const I rest = idx / owv;
-    const I y = rest % g.oh;
-    const I p = rest / g.oh;
-    const I ch = p % g.c, b = p / g.c;
+    const auto [p, y, xv] = split(idx, g.oh_div, owv);
+    const I b = g.c_div.div(p), ch = p - b * g.c;
     const T* plane = in + p * g.h * g.w;
     T* dst = col + b * g.image_stride + ch * g.kh * g.kw * g.row_stride + y * g.ow + xv * V;
     const I y0 = y * g.sh - g.ph, x0 = xv * V * g.sw - g.pw;
@@ -116,18 +128,19 @@ bool launch_im2col_vec(const at::Tensor& images, const at::Tensor& columns, int6
     v /= 2;
   }
   const int32_t vecs = int32_t(total / v);
+  const FastDivide owv = FastDivide::of(g.ow / v);
   const auto blocks = blocks_for(vecs, kThreads);
   const T* src = images.const_data_ptr<T>();
   T* dst = columns.data_ptr<T>();
   switch (v) {
     case 8:
-      if constexpr (kMaxV >= 8) im2col_vec_kernel<T, 8><<<blocks, kThreads, 0, stream>>>(src, dst, vecs, g);
+      if constexpr (kMaxV >= 8) im2col_vec_kernel<T, 8><<<blocks, kThreads, 0, stream>>>(src, dst, vecs, g, owv);
       return true;
     case 4:
-      if constexpr (kMaxV >= 4) im2col_vec_kernel<T, 4><<<blocks, kThreads, 0, stream>>>(src, dst, vecs, g);
+      if constexpr (kMaxV >= 4) im2col_vec_kernel<T, 4><<<blocks, kThreads, 0, stream>>>(src, dst, vecs, g, owv);
       return true;
     case 2:
-      im2col_vec_kernel<T, 2><<<blocks, kThreads, 0, stream>>>(src, dst, vecs, g);
+      im2col_vec_kernel<T, 2><<<blocks, kThreads, 0, stream>>>(src, dst, vecs, g, owv);
       return true;
     default:
       return false;
@@ -144,11 +157,8 @@ __global__ void __launch_bounds__(kThreads)
   using acc_t = at::opmath_type<T>;
   for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total;
        idx += I(gridDim.x) * blockDim.x) {
-    const I ix = idx % g.w;
-    const I rest = idx / g.w;
-    const I iy = rest % g.h;
-    const I p = rest / g.h;
-    const I ch = p % g.c, b = p / g.c;
+    const auto [p, iy, ix] = split(idx, g.h_div, g.w_div);
+    const I b = g.c_div.div(p), ch = p - b * g.c;
     const T* src = col + b * g.image_stride + ch * g.kh * g.kw * g.row_stride;
     acc_t sum = 0;
     if constexpr (kUnit) {
@@ -208,6 +218,12 @@ void im2col_cuda(const at::Tensor& images, const at::Tensor& columns, const Wind
   const c10::cuda::CUDAGuard guard(images.device());
   const int64_t total = images.size(0) * images.size(1) * oh * ow;
   if (total == 0) return;
+  if (win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0) {
+    // Every image plane is one row of the columns: a strided copy of rows.
+    copy_rows_cuda(images, columns, images.size(0), images.size(1), oh * ow,
+                   layout.image_stride, layout.row_stride);
+    return;
+  }
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, images.scalar_type(), "im2col_cuda", [&] {

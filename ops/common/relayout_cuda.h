@@ -33,4 +33,15 @@ void copy_in_memory_format(const at::Tensor& src, const at::Tensor& dst, at::Mem
 // with one allocation and one launch where both need the kernel's copy.
 std::pair<at::Tensor, at::Tensor> to_channels_last_together(const at::Tensor& a, const at::Tensor& b);
 
+// Rows of `inner` elements moved to strided places: src is contiguous
+// (a, b, inner), and its row (r, j) goes to element offset
+// r * dst_stride_a + j * dst_stride_b of dst's data (one dtype, one CUDA
+// device; the places must not overlap). With dst_stride_a = inner and
+// dst_stride_b = a * inner it swaps the two outer dimensions (the column
+// route's GEMM result regrouped into images); with (C * L, L)-strided
+// columns it is a 1x1 window's im2col. One launch, 16-byte accesses where
+// the sizes, strides and both pointers allow.
+void copy_rows_cuda(const at::Tensor& src, const at::Tensor& dst, int64_t a, int64_t b,
+                    int64_t inner, int64_t dst_stride_a, int64_t dst_stride_b);
+
 }  // namespace customconv

@@ -196,8 +196,14 @@ std::optional<at::Tensor> cuda_conv2d_grad_input_engine(const at::Tensor& grad_o
     if (tiny_grouped_gradients(s)) {
       if (auto gi = grouped_direct_conv2d_grad_input(grad_output, input, weight, s)) return gi;
     }
-    // 16-bit 3x3 layers with 8 to 32 channels a group on tensor cores (grouped_mma.h).
-    if (auto gi = grouped_mma_conv2d_grad_input(grad_output, input, weight, s)) return gi;
+    // 16-bit 3x3 layers with 8 to 32 channels a group on tensor cores
+    // (grouped_mma.h), an NCHW grad_output in chunks of images.
+    auto gi = grad_input_by_image_chunks(
+        grad_output, input, s, conv2d_output_format(input, weight),
+        [&](const at::Tensor& go, const at::Tensor& x, const Conv2dShape<int64_t>& xs) {
+          return grouped_mma_conv2d_grad_input(go, x, weight, xs, /*channels_last_result=*/true);
+        });
+    if (gi) return gi;
     if (grad_input_as_forward(s.win)) return std::nullopt;  // the grouped forward's tensor cores
 #ifdef CUSTOMCONV_WITH_CUTLASS
     if (auto gi = implicit_gemm_grouped_conv2d_grad_input(grad_output, input, weight, s)) return gi;
@@ -242,10 +248,24 @@ std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_
     if (tiny_grouped_gradients(s)) {
       if (auto gw = grouped_direct_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
     }
+    // NCHW operands in chunks of images (image_chunks.h).
+    const at::MemoryFormat format = conv2d_output_format(input, weight);
     // 16-bit 3x3 layers with 8 to 32 channels a group on tensor cores (grouped_mma.h).
-    if (auto gw = grouped_mma_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
+    auto gw = grad_weight_by_image_chunks(
+        grad_output, input, weight, s, format,
+        [&](const at::Tensor& go, const at::Tensor& x, const Conv2dShape<int64_t>& xs,
+            bool unrounded) {
+          return grouped_mma_conv2d_grad_weight(go, x, weight, xs, unrounded);
+        });
+    if (gw) return gw;
     if (direct_grad_weight_first(input, s)) {
-      if (auto gw = grouped_direct_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
+      gw = grad_weight_by_image_chunks(
+          grad_output, input, weight, s, format,
+          [&](const at::Tensor& go, const at::Tensor& x, const Conv2dShape<int64_t>& xs,
+              bool unrounded) {
+            return grouped_direct_conv2d_grad_weight(go, x, weight, xs, unrounded);
+          });
+      if (gw) return gw;
     }
 #ifdef CUSTOMCONV_WITH_CUTLASS
     if (auto gw = implicit_gemm_grouped_conv2d_grad_weight(grad_output, input, weight, s)) return gw;

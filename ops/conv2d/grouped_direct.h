@@ -57,9 +57,13 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_input(const at::Tensor& gra
                                                            const at::Tensor& input,
                                                            const at::Tensor& weight,
                                                            const Conv2dShape<int64_t>& s);
+// With `unrounded`, the weight gradient is given in float32 (float64 for
+// float64), its slices' sum not rounded, in any layout: a chunk of images'
+// part of the sum over chunks (image_chunks.h).
 std::optional<at::Tensor> grouped_direct_conv2d_grad_weight(const at::Tensor& grad_output,
                                                             const at::Tensor& input,
                                                             const at::Tensor& weight,
-                                                            const Conv2dShape<int64_t>& s);
+                                                            const Conv2dShape<int64_t>& s,
+                                                            bool unrounded = false);
 
 }  // namespace customconv

@@ -14,6 +14,7 @@
 
 #include "ops/common/launch.h"
 #include "ops/common/relayout_cuda.h"
+#include "ops/common/workspace.h"
 
 namespace customconv {
 namespace {
@@ -452,7 +453,8 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_input(const at::Tensor& gra
 std::optional<at::Tensor> grouped_direct_conv2d_grad_weight(const at::Tensor& grad_output,
                                                             const at::Tensor& input,
                                                             const at::Tensor& weight,
-                                                            const Conv2dShape<int64_t>& s) {
+                                                            const Conv2dShape<int64_t>& s,
+                                                            bool unrounded) {
   if (!takes(input, s) || grad_output.dim() != 4) return std::nullopt;
   // The kernel's positions and offsets are ints.
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
@@ -469,12 +471,16 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight(const at::Tensor& gr
   const int64_t cells = (g.c / v) * (g.kg / v) * chunks;
   const int64_t rows = g.n * g.p;
   // Slices: about two waves of resident blocks, at least one row per warp,
-  // their planes within 48 MiB. The count depends on the shape and the device
-  // only, so that the sum's order, and the result, repeat.
+  // their planes within 48 MiB (a third of the workspace limit for a chunk
+  // of images, whose layout changes take the rest: image_chunks.h). The
+  // count depends on the shape, the device and the limit only, so that the
+  // sum's order, and the result, repeat.
   const int64_t blocks = (cells + 31) / 32;
   const int64_t sms = at::cuda::getDeviceProperties(input.get_device())->multiProcessorCount;
   const int64_t wave = kWgradBlocksPerSm * sms;
-  const int64_t by_memory = (int64_t(48) << 20) / (plane * at::elementSize(acc_type));
+  const int64_t planes_bytes =
+      unrounded ? workspace_limit_bytes(c10::DeviceType::CUDA) / 3 : int64_t(48) << 20;
+  const int64_t by_memory = planes_bytes / (plane * at::elementSize(acc_type));
   const int64_t slices = std::max<int64_t>(
       1, std::min({(2 * wave + blocks - 1) / blocks, rows / kWarps, by_memory, int64_t(65535)}));
   const int64_t rows_per_slice = (rows + slices - 1) / slices;
@@ -500,8 +506,9 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight(const at::Tensor& gr
   });
   // (k, r, s, cg) summed in slice order and then rounded, as the weight (k, cg, r, s) stored
   // channels_last. (at::sum with a dtype would round each slice first.)
-  const at::Tensor sum = (slices == 1 ? partial.select(0, 0) : partial.sum(0)).to(x.scalar_type());
-  return sum.permute({0, 3, 1, 2}).contiguous(format);
+  const at::Tensor sum = slices == 1 ? partial.select(0, 0) : partial.sum(0);
+  if (unrounded) return sum.permute({0, 3, 1, 2});
+  return sum.to(x.scalar_type()).permute({0, 3, 1, 2}).contiguous(format);
 }
 
 }  // namespace customconv

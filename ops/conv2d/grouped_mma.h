@@ -70,11 +70,17 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
 // the input positions a stride phase at a time, so that each is reached
 // only through the taps that reach an output position from it. Reads
 // grad_output and the weight channels_last, and gives the input's gradient
-// in conv2d_output_format.
+// in conv2d_output_format (channels_last with channels_last_result: a
+// chunk of images' part, image_chunks.h).
+// With `unrounded`, the weight gradient is given in float32, its slices'
+// sum not rounded, in any layout: a chunk of images' part of the sum over
+// chunks (image_chunks.h).
 std::optional<at::Tensor> grouped_mma_conv2d_grad_input(const at::Tensor& grad_output, const at::Tensor& input,
-                                                        const at::Tensor& weight, const Conv2dShape<int64_t>& s);
+                                                        const at::Tensor& weight, const Conv2dShape<int64_t>& s,
+                                                        bool channels_last_result = false);
 
 std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
-                                                         const at::Tensor& weight, const Conv2dShape<int64_t>& s);
+                                                         const at::Tensor& weight, const Conv2dShape<int64_t>& s,
+                                                         bool unrounded = false);
 
 }  // namespace customconv

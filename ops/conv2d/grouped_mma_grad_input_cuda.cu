@@ -211,7 +211,8 @@ const KernelFit& fit_on(int device) {
 }  // namespace
 
 std::optional<at::Tensor> grouped_mma_conv2d_grad_input(const at::Tensor& grad_output, const at::Tensor& input,
-                                                        const at::Tensor& weight, const Conv2dShape<int64_t>& s) {
+                                                        const at::Tensor& weight, const Conv2dShape<int64_t>& s,
+                                                        bool channels_last_result) {
   namespace gm = grouped_mma_gradients;
   if (grad_output.dim() != 4 || !gm::takes(input, s)) return std::nullopt;
   const int64_t cg = s.in.c / s.groups;
@@ -229,7 +230,8 @@ std::optional<at::Tensor> grouped_mma_conv2d_grad_input(const at::Tensor& grad_o
   });
   if (!fits) return std::nullopt;
   const c10::cuda::CUDAGuard guard(input.device());
-  const at::MemoryFormat format = conv2d_output_format(input, weight);
+  const at::MemoryFormat format =
+      channels_last_result ? at::MemoryFormat::ChannelsLast : conv2d_output_format(input, weight);
   at::Tensor go, w;
   std::tie(go, w) = to_channels_last_together(grad_output, weight);  // NCHW by the transpose kernel
   // 16-byte vectors of 8 channels.

@@ -19,6 +19,7 @@
 #include "ops/common/launch.h"
 #include "ops/common/mma_sync.cuh"
 #include "ops/common/relayout_cuda.h"
+#include "ops/common/workspace.h"
 #include "ops/conv2d/grouped_mma_gradients.cuh"
 #include "ops/conv2d/weight_planes_sum.cuh"
 
@@ -220,7 +221,8 @@ const KernelFit& fit_on(int device) {
 }  // namespace
 
 std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
-                                                         const at::Tensor& weight, const Conv2dShape<int64_t>& s) {
+                                                         const at::Tensor& weight, const Conv2dShape<int64_t>& s,
+                                                         bool unrounded) {
   namespace gm = grouped_mma_gradients;
   if (grad_output.dim() != 4 || !gm::takes(input, s)) return std::nullopt;
   const int64_t cg = s.in.c / s.groups;
@@ -239,7 +241,9 @@ std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_
       reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 16 != 0) {
     return std::nullopt;
   }
-  at::Tensor out = at::empty({s.k, cg, 3, 3}, x.options().memory_format(format));
+  at::Tensor out = at::empty({s.k, cg, 3, 3}, x.options()
+                                                  .dtype(unrounded ? at::kFloat : x.scalar_type())
+                                                  .memory_format(format));
   const int64_t positions = s.in.n * s.oh * s.ow;
   if (positions == 0) return out.zero_();
   // Slices: about four blocks an SM in all, each with at least 256
@@ -251,10 +255,15 @@ std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_
   const int64_t min_chunks = (cg == 32 ? 256 : 128) / chunk;
   const int64_t blocks_y = s.groups / gpb;
   const int64_t want = (4 * int64_t(fit.sms) + blocks_y - 1) / blocks_y;
-  int64_t slices = std::max<int64_t>(1, std::min({want, (chunks + min_chunks - 1) / min_chunks, int64_t(65535)}));
+  const int64_t plane = s.k * kTaps * cg;
+  // A chunk of images (unrounded) keeps its planes within a third of the
+  // workspace limit; its layout changes take the rest (image_chunks.h).
+  const int64_t by_memory =
+      unrounded ? workspace_limit_bytes(c10::DeviceType::CUDA) / 3 / (plane * 4) : int64_t(65535);
+  int64_t slices = std::max<int64_t>(
+      1, std::min({want, (chunks + min_chunks - 1) / min_chunks, by_memory, int64_t(65535)}));
   const int64_t slice_chunks = (chunks + slices - 1) / slices;
   slices = (chunks + slice_chunks - 1) / slice_chunks;
-  const int64_t plane = s.k * kTaps * cg;
   at::Tensor partial = at::empty({slices, plane}, x.options().dtype(at::kFloat));
   const Window2d& win = s.win;
   const Geometry g{int(s.in.h), int(s.in.w), int(s.in.c), int(win.sh), int(win.sw), int(win.ph), int(win.pw),
@@ -270,9 +279,16 @@ std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_
         go.const_data_ptr<T>(), x.const_data_ptr<T>(), partial.mutable_data_ptr<float>(), g);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     const int threads = 256;
-    sum_planes_kernel<T><<<unsigned(blocks_for(plane, threads)), threads, 0, stream>>>(
-        partial.const_data_ptr<float>(), out.mutable_data_ptr<T>(), int(slices), plane, int(cg),
-        format == kChannelsLast);
+    const unsigned blocks = unsigned(blocks_for(plane, threads));
+    if (unrounded) {
+      sum_planes_kernel<float><<<blocks, threads, 0, stream>>>(
+          partial.const_data_ptr<float>(), out.mutable_data_ptr<float>(), int(slices), plane,
+          int(cg), format == kChannelsLast);
+    } else {
+      sum_planes_kernel<T><<<blocks, threads, 0, stream>>>(partial.const_data_ptr<float>(),
+                                                          out.mutable_data_ptr<T>(), int(slices),
+                                                          plane, int(cg), format == kChannelsLast);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return out;

@@ -96,4 +96,59 @@ std::optional<at::Tensor> forward_by_image_chunks(const at::Tensor& input,
   });
 }
 
+// An input gradient whose NCHW grad_output changes layout: pass(go, x,
+// shape) -> std::optional<at::Tensor>, the channels_last input gradient of
+// the images x from their grad_output go, on the whole batch where the
+// copies fit the limit (relayout_chunk), else on each chunk; the result in
+// `format`.
+template <class Pass>
+std::optional<at::Tensor> grad_input_by_image_chunks(const at::Tensor& grad_output,
+                                                     const at::Tensor& input,
+                                                     const Conv2dShape<int64_t>& s,
+                                                     at::MemoryFormat format, const Pass& pass) {
+  const int64_t chunk =
+      relayout_chunk(grad_output, s, !grad_output.is_contiguous(at::MemoryFormat::ChannelsLast));
+  if (chunk >= s.in.n) {
+    const std::optional<at::Tensor> gi = pass(grad_output, input, s);
+    if (!gi) return std::nullopt;
+    return to_memory_format(*gi, format);
+  }
+  return by_image_chunks(s.in.n, chunk, input.options(), format, [&](int64_t n0, int64_t nc) {
+    return pass(grad_output.narrow(0, n0, nc), input.narrow(0, n0, nc), with_images(s, nc));
+  });
+}
+
+// A weight gradient whose NCHW operands change layout: pass(go, x, shape,
+// unrounded) -> std::optional<at::Tensor>, the weight gradient of the images
+// x; on the whole batch (unrounded false: the weight's dtype and layout)
+// where their copies fit the limit (relayout_chunk), else on each chunk
+// (unrounded true: its sum in float32, or float64, not rounded), the chunks'
+// parts added in order and rounded once into `weight`'s dtype, stored in
+// `format`. The chunks depend on the shape and the limit only, so the
+// result repeats bit for bit.
+template <class Pass>
+std::optional<at::Tensor> grad_weight_by_image_chunks(const at::Tensor& grad_output,
+                                                      const at::Tensor& input,
+                                                      const at::Tensor& weight,
+                                                      const Conv2dShape<int64_t>& s,
+                                                      at::MemoryFormat format, const Pass& pass) {
+  constexpr auto kCl = at::MemoryFormat::ChannelsLast;
+  const int64_t chunk = relayout_chunk(
+      input, s, !input.is_contiguous(kCl) || !grad_output.is_contiguous(kCl));
+  if (chunk >= s.in.n) return pass(grad_output, input, s, false);
+  at::Tensor sum;
+  for (int64_t n0 = 0; n0 < s.in.n; n0 += chunk) {
+    const int64_t nc = std::min(chunk, s.in.n - n0);
+    const std::optional<at::Tensor> part =
+        pass(grad_output.narrow(0, n0, nc), input.narrow(0, n0, nc), with_images(s, nc), true);
+    if (!part) return std::nullopt;
+    if (sum.defined()) {
+      sum.add_(*part);
+    } else {
+      sum = part->contiguous();
+    }
+  }
+  return sum.to(weight.scalar_type()).contiguous(format);
+}
+
 }  // namespace customconv

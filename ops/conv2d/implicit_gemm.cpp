@@ -706,13 +706,16 @@ std::optional<at::Tensor> grad_input_as_hopper_forward(const at::Tensor& go,
 // and `s` the shape of the dense problem with its block-diagonal weight,
 // whose phases' weight is written straight from the grouped one
 // (phase_weight_cuda).
+bool hopper_phases_take(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  return is_sm90(input.get_device()) && implicit_gemm::wgmma_dgrad_phases_take(geometry(input, s));
+}
+
 std::optional<at::Tensor> grad_input_by_hopper_phases(const at::Tensor& go, const at::Tensor& input,
                                                       const at::Tensor& weight,
                                                       const Conv2dShape<int64_t>& s,
                                                       int64_t groups = 1) {
-  if (!is_sm90(input.get_device()) || !go.is_contiguous(kChannelsLast)) return std::nullopt;
+  if (!go.is_contiguous(kChannelsLast) || !hopper_phases_take(input, s)) return std::nullopt;
   implicit_gemm::ConvProblem pr = geometry(input, s);
-  if (!implicit_gemm::wgmma_dgrad_phases_take(pr)) return std::nullopt;
   const implicit_gemm::StridePhases sp = implicit_gemm::stride_phases(
       pr.h, pr.w, pr.c, pr.r, pr.s, pr.pad_h, pr.pad_w, pr.stride_h, pr.stride_w);
   if (sp.phases.empty()) return std::nullopt;
@@ -769,7 +772,8 @@ std::optional<at::Tensor> grad_input_images(const at::Tensor& grad_output, const
 std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad_output,
                                                           const at::Tensor& input,
                                                           const at::Tensor& weight,
-                                                          const Conv2dShape<int64_t>& s) {
+                                                          const Conv2dShape<int64_t>& s,
+                                                          std::optional<at::MemoryFormat> format) {
   // Dilation is not the strided kernel's; groups are the forward's only.
   const Window2d& win = s.win;
   if (s.groups != 1) return std::nullopt;
@@ -779,17 +783,11 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad
   const c10::cuda::CUDAGuard guard(input.device());
   // An NCHW grad_output whose layout changes goes in chunks of images
   // (relayout_chunk), as the forward's input does.
-  const at::MemoryFormat format = conv2d_output_format(input, weight);
-  const int64_t chunk = relayout_chunk(grad_output, s, !grad_output.is_contiguous(kChannelsLast));
-  if (chunk >= s.in.n) {
-    const auto gi = grad_input_images(grad_output, input, weight, s);
-    if (!gi) return std::nullopt;
-    return to_memory_format(*gi, format);
-  }
-  return by_image_chunks(s.in.n, chunk, input.options(), format, [&](int64_t n0, int64_t nc) {
-    return grad_input_images(grad_output.narrow(0, n0, nc), input.narrow(0, n0, nc), weight,
-                             with_images(s, nc));
-  });
+  return grad_input_by_image_chunks(
+      grad_output, input, s, format.value_or(conv2d_output_format(input, weight)),
+      [&](const at::Tensor& go, const at::Tensor& x, const Conv2dShape<int64_t>& xs) {
+        return grad_input_images(go, x, weight, xs);
+      });
 }
 
 bool implicit_gemm_wgrad_on_hopper(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
@@ -895,18 +893,25 @@ std::optional<at::Tensor> implicit_gemm_grouped_conv2d_grad_input(const at::Tens
   Conv2dShape<int64_t> dense = s;
   dense.groups = 1;
 #ifdef CUSTOMCONV_WITH_SM90A
-  // The strided layers by stride phases, without the dense weight.
-  if (grad_output.is_contiguous(kChannelsLast) && aligned16(grad_output) &&
-      s.in.c % channel_multiple(input) == 0 && s.in.n * s.in.h * s.in.w > 0 && s.oh * s.ow > 0) {
+  // The strided layers by stride phases, without the dense weight; an NCHW
+  // grad_output in chunks of images.
+  if (s.in.c % channel_multiple(input) == 0 && s.in.n * s.in.h * s.in.w > 0 && s.oh * s.ow > 0 &&
+      hopper_phases_take(input, dense)) {
     const c10::cuda::CUDAGuard guard(input.device());
-    if (auto gi = grad_input_by_hopper_phases(grad_output, input, weight, dense, s.groups))
-      return in_format(*gi, input, weight);
+    auto gi = grad_input_by_image_chunks(
+        grad_output, input, dense, conv2d_output_format(input, weight),
+        [&](const at::Tensor& go, const at::Tensor& x,
+            const Conv2dShape<int64_t>& xs) -> std::optional<at::Tensor> {
+          const at::Tensor g = to_memory_format(go, kChannelsLast);
+          if (!aligned16(g)) return std::nullopt;
+          return grad_input_by_hopper_phases(g, x, weight, xs, s.groups);
+        });
+    if (gi) return gi;
   }
 #endif
   const at::Tensor full = block_diagonal(weight, s.groups, s.groups);  // (K, C, kh, kw)
-  auto gi = implicit_gemm_conv2d_grad_input(grad_output, input, full, dense);
-  if (!gi) return std::nullopt;
-  return in_format(*gi, input, weight);
+  return implicit_gemm_conv2d_grad_input(grad_output, input, full, dense,
+                                         conv2d_output_format(input, weight));
 }
 
 std::optional<at::Tensor> implicit_gemm_grouped_conv2d_grad_weight(const at::Tensor& grad_output,

@@ -119,10 +119,12 @@ bool hopper_forward_takes(const at::Tensor& input, const Conv2dShape<int64_t>& s
 // groups of 4 at 56x56 78.5 / 58.3, 256 in groups of 8 at 28x28 42.5 /
 // 33.9, at 56x56 stride 2 47.2 / 41.7 (bench/NOTES.md).
 bool hopper_grouped_forward_first(const at::Tensor& input, const Conv2dShape<int64_t>& s);
-std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(const at::Tensor& grad_output,
-                                                          const at::Tensor& input,
-                                                          const at::Tensor& weight,
-                                                          const Conv2dShape<int64_t>& s);
+// The input gradient in `format` where given, else in conv2d_output_format
+// (a grouped layer's dense problem gives it in the grouped layer's format:
+// its block-diagonal weight is channels_last).
+std::optional<at::Tensor> implicit_gemm_conv2d_grad_input(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    const Conv2dShape<int64_t>& s, std::optional<at::MemoryFormat> format = std::nullopt);
 std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& grad_output,
                                                            const at::Tensor& input,
                                                            const at::Tensor& weight,

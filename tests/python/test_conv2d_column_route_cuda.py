@@ -1,6 +1,6 @@
 """conv2d's column route on CUDA (conv2d.cpp): NCHW layers that the engines
 leave to im2col + GEMM. Where several images share one GEMM, its result is
-regrouped into images by the swap kernel (column_route.h), and grad_output
+regrouped into images by the row copy kernel (relayout_cuda.h), and grad_output
 is regrouped the other way for the gradients; the weight gradient's partial
 products (per image, or per slice of a long reduction) are summed and
 rounded by the slice-sum kernel. Each case matches float64 F.conv2d in every
@@ -14,7 +14,7 @@ from testlib import ConvConfig, check_conv_case, dtype_name, kernels_launched, m
 
 pytestmark = pytest.mark.cuda
 
-SWAP, SUM = "swap_outer_dims_kernel", "sum_slices_kernel"
+SWAP, SUM = "copy_rows_kernel", "sum_slices_kernel"
 
 # (batch, in channels, out channels, kernel, padding, plane, dtypes, kernels
 # the forward and backward launch). Planes of 49 positions move one element

@@ -1,9 +1,10 @@
-"""NCHW operands of conv2d's tensor-core engines on CUDA (implicit_gemm.cpp,
-and the grouped forward of grouped_mma.h) go to channels_last in chunks of
-images whose copies stay within the workspace limit (CUSTOMCONV_WORKSPACE_MB,
-image_chunks.h): the forward and the input gradient write each chunk's result
-into the output's images, and the weight gradient sums every chunk's float32
-slices in order and rounds once (1x1 windows go to the column route instead).
+"""NCHW operands of conv2d's engines on CUDA that read channels_last
+(implicit_gemm.cpp; grouped_mma.h's forward and gradients; the grouped
+direct weight gradient) go to channels_last in chunks of images whose copies
+stay within the workspace limit (CUSTOMCONV_WORKSPACE_MB, image_chunks.h):
+the forward and the input gradient write each chunk's result into the
+output's images, and the weight gradient sums every chunk's float32 part in
+order and rounds once (1x1 windows go to the column route instead).
 Each case runs in a process with a small limit, so that the batch splits, and
 matches float64 F.conv2d in every pass (the fused forward too); the weight
 gradient of the larger windows runs no im2col and repeats bit for bit. A
@@ -33,14 +34,19 @@ MATCH_SCRIPT = textwrap.dedent(
     # (batch, C, K, groups, kernel, stride, padding, plane, weight layout): a
     # 3x3 layer, a strided 1x1 layer, an RGB stem (packed by space-to-depth),
     # a channels_last weight (a channels_last result from an NCHW input), and
-    # grouped layers of 8 and 4 channels a group (the grouped tensor-core
-    # forward). With a 1 MiB limit each chunk holds 1 to 3 images.
+    # grouped layers of 8, 4 and 16 channels a group (the grouped tensor-core
+    # forward; the grouped direct weight gradient in float32, the tensor-core
+    # gradients in 16-bit with 16 channels a group; a strided layer of 512
+    # channels, whose input gradient goes by stride phases on sm_90). With a
+    # 1 MiB limit each chunk holds 1 to 3 images.
     cases = [(5, 64, 64, 1, (3, 3), (1, 1), (1, 1), (24, 24), "contiguous"),
              (5, 64, 128, 1, (1, 1), (2, 2), (0, 0), (32, 32), "contiguous"),
              (5, 3, 64, 1, (7, 7), (2, 2), (3, 3), (64, 64), "contiguous"),
              (4, 32, 48, 1, (3, 3), (1, 1), (1, 1), (28, 28), "channels_last"),
              (5, 64, 64, 8, (3, 3), (1, 1), (1, 1), (24, 24), "contiguous"),
-             (5, 128, 128, 32, (3, 3), (2, 2), (1, 1), (24, 24), "contiguous")]
+             (5, 128, 128, 32, (3, 3), (2, 2), (1, 1), (24, 24), "contiguous"),
+             (5, 128, 128, 8, (3, 3), (1, 1), (1, 1), (20, 20), "contiguous"),
+             (3, 512, 512, 32, (3, 3), (2, 2), (1, 1), (14, 14), "contiguous")]
     def close_in_norm(got, want, rel, what):
         err = float((got.double() - want).norm() / want.norm())
         assert err <= rel, f"{ctx} {what}: relative error {err:.3g} in the 2-norm"
@@ -91,17 +97,26 @@ MEMORY_SCRIPT = textwrap.dedent(
     gen = torch.Generator().manual_seed(int(sys.argv[2]))
     limit = int(sys.argv[3]) << 20
     # NCHW input and output of 1.6 MiB an image (3.2 MiB for the grouped
-    # layer): 26 and 51 MiB in one piece at N=16.
+    # layer, 1.6 in float16): 26 and 51 MiB in one piece at N=16.
     x = make_tensor((16, 64, 56, 56), torch.float32, "cuda", gen=gen)
     w = make_tensor((64, 64, 3, 3), torch.float32, "cuda", gen=gen)
     g = make_tensor((16, 64, 56, 56), torch.float32, "cuda", gen=gen)
     args = ([1, 1], [1, 1], [1, 1], 1)
     xg = make_tensor((16, 128, 56, 56), torch.float32, "cuda", gen=gen)
     wg = make_tensor((128, 4, 3, 3), torch.float32, "cuda", gen=gen)
+    gg = make_tensor((16, 128, 56, 56), torch.float32, "cuda", gen=gen)
+    grouped = ([1, 1], [1, 1], [1, 1], 32)
+    xh, gh = xg.half(), gg.half()
+    wh = make_tensor((128, 16, 3, 3), torch.float16, "cuda", gen=gen)
+    grouped16 = ([1, 1], [1, 1], [1, 1], 8)
     passes = {"forward": lambda: ops.conv2d(x, w, None, *args),
-              "grouped forward": lambda: ops.conv2d(xg, wg, None, [1, 1], [1, 1], [1, 1], 32),
+              "grouped forward": lambda: ops.conv2d(xg, wg, None, *grouped),
               "grad_input": lambda: ops.conv2d_grad_input(g, x, w, *args),
-              "grad_weight": lambda: ops.conv2d_grad_weight(g, x, w, *args)}
+              "grad_weight": lambda: ops.conv2d_grad_weight(g, x, w, *args),
+              "grouped grad_input": lambda: ops.conv2d_grad_input(gg, xg, wg, *grouped),
+              "grouped grad_weight": lambda: ops.conv2d_grad_weight(gg, xg, wg, *grouped),
+              "float16 grouped grad_input": lambda: ops.conv2d_grad_input(gh, xh, wh, *grouped16),
+              "float16 grouped grad_weight": lambda: ops.conv2d_grad_weight(gh, xh, wh, *grouped16)}
     for name, fn in passes.items():
         fn()
         torch.cuda.synchronize()

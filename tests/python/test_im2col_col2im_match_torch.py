@@ -94,6 +94,12 @@ EDGE_CASES = {
     "unbatched": dict(batch=None),
     "unbatched_transposed": dict(batch=None, layout="transposed", grad_layout="transposed"),
     "kernel_1x1": dict(kernel=(1, 1)),
+    # Every plane one row of the columns (a strided copy of rows on CUDA);
+    # odd and 16-byte multiple planes.
+    "kernel_1x1_unit_stride": dict(kernel=(1, 1), stride=(1, 1), padding=(0, 0), size=(7, 7),
+                                   batch=3, channels=5),
+    "kernel_1x1_unit_stride_vectors": dict(kernel=(1, 1), stride=(1, 1), padding=(0, 0),
+                                           size=(4, 8), batch=2, channels=3),
     "kernel_1x4_dilated": dict(kernel=(1, 4), dilation=(3, 2), size=(3, 8)),
     "kernel_covers_whole_image": dict(kernel=(3, 5), size=(3, 5), padding=(0, 0),
                                       dilation=(1, 1)),
