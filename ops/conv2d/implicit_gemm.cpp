@@ -303,11 +303,22 @@ struct Operand {
 // layers (ResNet-50's 1x1 stride-2 and 3x3 layers from 14x14 down, whose
 // column route measured up to 1.8x faster), and less on 56x56 and 28x28 3x3
 // layers (1.2-1.8x faster than the column route).
-bool relayout_nchw(const Conv2dShape<int64_t>& s, bool forward) {
+// Strided windows larger than 1x1 change layout on large planes, where the
+// column route's buffer is the larger move: from 28x28 in float32 and from
+// 56x56 in 16-bit. On an H200 at N=32 (ResNet-50's 3x3 stride-2 forwards, ms,
+// column route / layout change, cuDNN NCHW): float32 128 channels from 56x56
+// 0.132 / 0.093 (0.074), 256 from 28x28 0.094 / 0.062 (0.058), 512 from
+// 14x14 0.060 / 0.073 (0.066); float16 0.070 / 0.051 (0.052), 0.039 / 0.049
+// (0.043), 0.037 / 0.065 (0.047).
+bool relayout_nchw(const Conv2dShape<int64_t>& s, bool forward, int64_t element_size) {
   if (s.groups > 1) return true;
   if (nchw_gemm_in_place(s)) return false;
   if (!forward) return true;
   const Window2d& w = s.win;
+  if (w.kh * w.kw > 1 && (w.sh > 1 || w.sw > 1) && s.in.c >= 16 &&
+      s.in.h * s.in.w >= (element_size >= 4 ? 28 * 28 : 56 * 56)) {
+    return true;
+  }
   const int64_t moved = s.in.n * s.in.c * s.in.h * s.in.w + s.in.n * s.k * s.oh * s.ow +
                         s.k * s.in.c * w.kh * w.kw;
   const int64_t columns = s.in.n * s.in.c * w.kh * w.kw * s.oh * s.ow;
@@ -475,7 +486,7 @@ std::optional<at::Tensor> forward_images(const at::Tensor& input, const at::Tens
     return fprop(packed_input(input, *packed), packed_weight(weight, *packed), bias, packed->shape,
                  epilogue);
   }
-  const auto x = prepare(input, s, 0, relayout_nchw(s, /*forward=*/true),
+  const auto x = prepare(input, s, 0, relayout_nchw(s, /*forward=*/true, input.element_size()),
                          s.groups == 1 ? weight : at::Tensor());
   if (!x) return std::nullopt;
   at::Tensor w = x->with.defined() ? x->with : weight;
@@ -750,7 +761,8 @@ namespace {
 std::optional<at::Tensor> grad_input_images(const at::Tensor& grad_output, const at::Tensor& input,
                                             const at::Tensor& weight,
                                             const Conv2dShape<int64_t>& s) {
-  const auto go = prepare(grad_output, s, 0, relayout_nchw(s, /*forward=*/false), weight);
+  const auto go = prepare(grad_output, s, 0,
+                          relayout_nchw(s, /*forward=*/false, grad_output.element_size()), weight);
   if (!go) return std::nullopt;
 #ifdef CUSTOMCONV_WITH_SM90A
   if (auto gi = grad_input_as_hopper_forward(go->t, input, weight, s)) return gi;
@@ -836,7 +848,7 @@ std::optional<at::Tensor> implicit_gemm_conv2d_grad_weight(const at::Tensor& gra
     return in_format(unpacked_weight_grad(*gw, *packed, s), input, weight);
   }
   const int64_t pad = channel_multiple(input);
-  const bool relayout = relayout_nchw(s, /*forward=*/false);
+  const bool relayout = relayout_nchw(s, /*forward=*/false, input.element_size());
   std::optional<at::Tensor> gw;
   int64_t kernel_c = s.in.c;  // the kernels' input channels (padded to a vector)
   if (chunk >= s.in.n) {
