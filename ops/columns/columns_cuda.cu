@@ -31,11 +31,27 @@ template <typename I>
 Geometry<I> geometry(const at::Tensor& images, const Window2d& k, int64_t oh, int64_t ow,
                      ColumnLayout lay) {
   const I c = I(images.size(1)), h = I(images.size(2)), w = I(images.size(3));
-  return {c, h, w, I(oh), I(ow),
-          I(k.kh), I(k.kw), I(k.sh), I(k.sw), I(k.ph), I(k.pw), I(k.dh), I(k.dw),
-          I(lay.image_stride), I(lay.row_stride),
-          Divide<I>::of(c), Divide<I>::of(h), Divide<I>::of(w), Divide<I>::of(I(oh)),
-          Divide<I>::of(I(ow))};
+  Geometry<I> g{c,
+                h,
+                w,
+                I(oh),
+                I(ow),
+                I(k.kh),
+                I(k.kw),
+                I(k.sh),
+                I(k.sw),
+                I(k.ph),
+                I(k.pw),
+                I(k.dh),
+                I(k.dw),
+                I(lay.image_stride),
+                I(lay.row_stride)};
+  g.c_div = Divide<I>::of(c);
+  g.h_div = Divide<I>::of(h);
+  g.w_div = Divide<I>::of(w);
+  g.oh_div = Divide<I>::of(I(oh));
+  g.ow_div = Divide<I>::of(I(ow));
+  return g;
 }
 
 // Splits a flat index over (planes, rows, cols) into its coordinates.
@@ -134,10 +150,12 @@ bool launch_im2col_vec(const at::Tensor& images, const at::Tensor& columns, int6
   T* dst = columns.data_ptr<T>();
   switch (v) {
     case 8:
-      if constexpr (kMaxV >= 8) im2col_vec_kernel<T, 8><<<blocks, kThreads, 0, stream>>>(src, dst, vecs, g, owv);
+      if constexpr (kMaxV >= 8)
+        im2col_vec_kernel<T, 8><<<blocks, kThreads, 0, stream>>>(src, dst, vecs, g, owv);
       return true;
     case 4:
-      if constexpr (kMaxV >= 4) im2col_vec_kernel<T, 4><<<blocks, kThreads, 0, stream>>>(src, dst, vecs, g, owv);
+      if constexpr (kMaxV >= 4)
+        im2col_vec_kernel<T, 4><<<blocks, kThreads, 0, stream>>>(src, dst, vecs, g, owv);
       return true;
     case 2:
       im2col_vec_kernel<T, 2><<<blocks, kThreads, 0, stream>>>(src, dst, vecs, g, owv);
@@ -220,8 +238,8 @@ void im2col_cuda(const at::Tensor& images, const at::Tensor& columns, const Wind
   if (total == 0) return;
   if (win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0) {
     // Every image plane is one row of the columns: a strided copy of rows.
-    copy_rows_cuda(images, columns, images.size(0), images.size(1), oh * ow,
-                   layout.image_stride, layout.row_stride);
+    copy_rows_cuda(images, columns, images.size(0), images.size(1), oh * ow, layout.image_stride,
+                   layout.row_stride);
     return;
   }
   auto stream = at::cuda::getCurrentCUDAStream();

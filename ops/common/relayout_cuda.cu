@@ -215,12 +215,20 @@ void launch_copy_rows(const at::Tensor& src, const at::Tensor& dst, int64_t a, i
   // src row (r, j) at (r * b + j) * inner; dst row (r, j) at r * stride_a +
   // j * stride_b. Walked (r, j) where dst's rows of one r are farther apart
   // than those of one j, else (j, r).
-  const RowWalk<I> w =
-      stride_a >= stride_b
-          ? RowWalk<I>{I(total), Divide<I>::of(I(inner)), Divide<I>::of(I(b)), I(b * inner),
-                       I(inner), I(stride_a), I(stride_b)}
-          : RowWalk<I>{I(total), Divide<I>::of(I(inner)), Divide<I>::of(I(a)), I(inner),
-                       I(b * inner), I(stride_b), I(stride_a)};
+  const RowWalk<I> w = stride_a >= stride_b ? RowWalk<I>{I(total),
+                                                         Divide<I>::of(I(inner)),
+                                                         Divide<I>::of(I(b)),
+                                                         I(b * inner),
+                                                         I(inner),
+                                                         I(stride_a),
+                                                         I(stride_b)}
+                                            : RowWalk<I>{I(total),
+                                                         Divide<I>::of(I(inner)),
+                                                         Divide<I>::of(I(a)),
+                                                         I(inner),
+                                                         I(b * inner),
+                                                         I(stride_b),
+                                                         I(stride_a)};
   copy_rows_kernel<U, I><<<unsigned(blocks_for(total, kRowCopyThreads)), kRowCopyThreads, 0,
                            at::cuda::getCurrentCUDAStream()>>>(
       static_cast<const U*>(src.const_data_ptr()), static_cast<U*>(dst.mutable_data_ptr()), w);
@@ -231,8 +239,8 @@ void launch_copy_rows(const at::Tensor& src, const at::Tensor& dst, int64_t a, i
 // indices where every unit's index and offset (and the loop's last step)
 // stays below 2^30.
 template <typename U>
-void copy_rows_in(const at::Tensor& src, const at::Tensor& dst, int64_t a, int64_t b,
-                  int64_t inner, int64_t stride_a, int64_t stride_b) {
+void copy_rows_in(const at::Tensor& src, const at::Tensor& dst, int64_t a, int64_t b, int64_t inner,
+                  int64_t stride_a, int64_t stride_b) {
   const int64_t per = int64_t(sizeof(U)) / src.element_size();
   inner /= per, stride_a /= per, stride_b /= per;
   const int64_t reach = (a - 1) * stride_a + (b - 1) * stride_b + inner;

@@ -251,20 +251,20 @@ std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_
     // NCHW operands in chunks of images (image_chunks.h).
     const at::MemoryFormat format = conv2d_output_format(input, weight);
     // 16-bit 3x3 layers with 8 to 32 channels a group on tensor cores (grouped_mma.h).
-    auto gw = grad_weight_by_image_chunks(
-        grad_output, input, weight, s, format,
-        [&](const at::Tensor& go, const at::Tensor& x, const Conv2dShape<int64_t>& xs,
-            bool unrounded) {
-          return grouped_mma_conv2d_grad_weight(go, x, weight, xs, unrounded);
-        });
+    auto gw = grad_weight_by_image_chunks(grad_output, input, weight, s, format,
+                                          [&](const at::Tensor& go, const at::Tensor& x,
+                                              const Conv2dShape<int64_t>& xs, bool unrounded) {
+                                            return grouped_mma_conv2d_grad_weight(go, x, weight, xs,
+                                                                                  unrounded);
+                                          });
     if (gw) return gw;
     if (direct_grad_weight_first(input, s)) {
-      gw = grad_weight_by_image_chunks(
-          grad_output, input, weight, s, format,
-          [&](const at::Tensor& go, const at::Tensor& x, const Conv2dShape<int64_t>& xs,
-              bool unrounded) {
-            return grouped_direct_conv2d_grad_weight(go, x, weight, xs, unrounded);
-          });
+      gw = grad_weight_by_image_chunks(grad_output, input, weight, s, format,
+                                       [&](const at::Tensor& go, const at::Tensor& x,
+                                           const Conv2dShape<int64_t>& xs, bool unrounded) {
+                                         return grouped_direct_conv2d_grad_weight(go, x, weight, xs,
+                                                                                  unrounded);
+                                       });
       if (gw) return gw;
     }
 #ifdef CUSTOMCONV_WITH_CUTLASS

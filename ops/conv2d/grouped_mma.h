@@ -75,12 +75,16 @@ std::optional<at::Tensor> grouped_mma_conv2d(const at::Tensor& input, const at::
 // With `unrounded`, the weight gradient is given in float32, its slices'
 // sum not rounded, in any layout: a chunk of images' part of the sum over
 // chunks (image_chunks.h).
-std::optional<at::Tensor> grouped_mma_conv2d_grad_input(const at::Tensor& grad_output, const at::Tensor& input,
-                                                        const at::Tensor& weight, const Conv2dShape<int64_t>& s,
+std::optional<at::Tensor> grouped_mma_conv2d_grad_input(const at::Tensor& grad_output,
+                                                        const at::Tensor& input,
+                                                        const at::Tensor& weight,
+                                                        const Conv2dShape<int64_t>& s,
                                                         bool channels_last_result = false);
 
-std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
-                                                         const at::Tensor& weight, const Conv2dShape<int64_t>& s,
+std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_output,
+                                                         const at::Tensor& input,
+                                                         const at::Tensor& weight,
+                                                         const Conv2dShape<int64_t>& s,
                                                          bool unrounded = false);
 
 }  // namespace customconv

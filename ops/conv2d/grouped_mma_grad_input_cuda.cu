@@ -210,8 +210,10 @@ const KernelFit& fit_on(int device) {
 
 }  // namespace
 
-std::optional<at::Tensor> grouped_mma_conv2d_grad_input(const at::Tensor& grad_output, const at::Tensor& input,
-                                                        const at::Tensor& weight, const Conv2dShape<int64_t>& s,
+std::optional<at::Tensor> grouped_mma_conv2d_grad_input(const at::Tensor& grad_output,
+                                                        const at::Tensor& input,
+                                                        const at::Tensor& weight,
+                                                        const Conv2dShape<int64_t>& s,
                                                         bool channels_last_result) {
   namespace gm = grouped_mma_gradients;
   if (grad_output.dim() != 4 || !gm::takes(input, s)) return std::nullopt;

@@ -220,8 +220,10 @@ const KernelFit& fit_on(int device) {
 
 }  // namespace
 
-std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_output, const at::Tensor& input,
-                                                         const at::Tensor& weight, const Conv2dShape<int64_t>& s,
+std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_output,
+                                                         const at::Tensor& input,
+                                                         const at::Tensor& weight,
+                                                         const Conv2dShape<int64_t>& s,
                                                          bool unrounded) {
   namespace gm = grouped_mma_gradients;
   if (grad_output.dim() != 4 || !gm::takes(input, s)) return std::nullopt;
@@ -241,9 +243,9 @@ std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_
       reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 16 != 0) {
     return std::nullopt;
   }
-  at::Tensor out = at::empty({s.k, cg, 3, 3}, x.options()
-                                                  .dtype(unrounded ? at::kFloat : x.scalar_type())
-                                                  .memory_format(format));
+  at::Tensor out =
+      at::empty({s.k, cg, 3, 3},
+                x.options().dtype(unrounded ? at::kFloat : x.scalar_type()).memory_format(format));
   const int64_t positions = s.in.n * s.oh * s.ow;
   if (positions == 0) return out.zero_();
   // Slices: about four blocks an SM in all, each with at least 256
@@ -286,8 +288,8 @@ std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_
           int(cg), format == kChannelsLast);
     } else {
       sum_planes_kernel<T><<<blocks, threads, 0, stream>>>(partial.const_data_ptr<float>(),
-                                                          out.mutable_data_ptr<T>(), int(slices),
-                                                          plane, int(cg), format == kChannelsLast);
+                                                           out.mutable_data_ptr<T>(), int(slices),
+                                                           plane, int(cg), format == kChannelsLast);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });

@@ -133,8 +133,8 @@ std::optional<at::Tensor> grad_weight_by_image_chunks(const at::Tensor& grad_out
                                                       const Conv2dShape<int64_t>& s,
                                                       at::MemoryFormat format, const Pass& pass) {
   constexpr auto kCl = at::MemoryFormat::ChannelsLast;
-  const int64_t chunk = relayout_chunk(
-      input, s, !input.is_contiguous(kCl) || !grad_output.is_contiguous(kCl));
+  const int64_t chunk =
+      relayout_chunk(input, s, !input.is_contiguous(kCl) || !grad_output.is_contiguous(kCl));
   if (chunk >= s.in.n) return pass(grad_output, input, s, false);
   at::Tensor sum;
   for (int64_t n0 = 0; n0 < s.in.n; n0 += chunk) {
