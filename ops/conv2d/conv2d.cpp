@@ -515,6 +515,9 @@ at::Tensor conv2d_grad_weight_impl(const Conv2dKernels& kernels, const at::Tenso
   at::Tensor partial;  // (S, g, K/g, rows_g)
   for (int64_t n0 = 0; n0 < s.in.n; n0 += p.chunk) {
     const int64_t nc = std::min(p.chunk, s.in.n - n0);
+    // The previous chunk's partial products are summed: freed before this
+    // chunk's are allocated, so that one chunk's are alive at a time.
+    partial.reset();
     at::Tensor cols;
     if (p.pointwise) {
       cols = grouped(input, p, n0, nc);
