@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "ops/common/index_divide.h"
 #include "ops/common/launch.h"
@@ -17,10 +18,13 @@ namespace customconv {
 namespace {
 
 constexpr int kRowsPerPass = 8;  // the block is 32 x kRowsPerPass threads
-// Elements a thread moves in one 8-byte access (kVector<T>), and the side of
-// a tile: a warp's 32 accesses along one row.
+// Elements a thread moves in one access (kVector: two, in 8 bytes in float32
+// and 4 in 16-bit), and the side of a tile: a warp's 32 accesses along one
+// row. 16-bit tiles of 128 x 128 with 8-byte accesses took 94 registers a
+// thread (two blocks a multiprocessor) and moved 256 channels at 14x14 with
+// their 3x3 weight in 23.3 us on an H200; 64 x 64 tiles take 32 and 12.9 us.
 template <typename T>
-constexpr int kVector = 8 / int(sizeof(T));
+constexpr int kVector = 2;
 template <typename T>
 constexpr int kTile = 32 * kVector<T>;
 
@@ -33,7 +37,7 @@ struct Transpose {
   int64_t rows, cols;
   uint32_t row_tiles, col_tiles, tiles;
   // Whether the rows are read (columns a whole number of vectors, `in`
-  // 8-byte aligned) and written (rows a whole number of vectors, `out`
+  // aligned to a vector) and written (rows a whole number of vectors, `out`
   // aligned) in vectors: vectors_fit.
   bool read_vectors, write_vectors;
 };
@@ -42,77 +46,135 @@ struct Transposes {
   uint32_t total;
 };
 
-// Each block moves kTile x kTile tiles of the jobs' matrices (128 x 128 in
-// 16-bit, 64 x 64 in float32), numbered over both jobs one after the other
-// (job, matrix, row tile, column tile; a grid stride loop covers more tiles
-// than blocks). With V = kVector (4 in 16-bit, 2 in float32), thread (x, y)
-// reads the elements (i0 + y + 8k, j0 + V x to V x + V - 1) for each k (a
-// warp reads 32 V neighbours of one input row), stores them in shared
-// memory, and after the barrier writes the elements (j0 + y + 8k, i0 + V x
-// to V x + V - 1) of the output (32 V neighbours of one output row a warp).
-// Where the job's columns are whole vectors and its input 8-byte aligned
-// (vectors_fit), each thread reads its V neighbours in one 8-byte access,
-// else one element at a time; the same for the writes where the rows are
-// whole vectors and the output aligned (7x7 planes, 49 positions, move in
-// vectors on one side). On an H200 (N=32), 16-bit copies of 128 channels
-// at 56x56 ran at 1450 GB/s with one element an access, at 2190 with 8-byte
-// vectors. The rows' odd length (kTile + 1) keeps the second half's column
-// reads to two lanes a bank. T is an unsigned integer
-// of the element's size: the copy moves bits.
+// The element e of the V elements of type T packed in one vector.
+template <typename T>
+using VectorOf = std::conditional_t<sizeof(T) == 4, uint2, uint32_t>;
+template <typename T>
+__device__ __forceinline__ T element_of(const VectorOf<T>& v, int e) {
+  if constexpr (sizeof(T) == 4) {
+    return e == 0 ? v.x : v.y;
+  } else {
+    return T(e == 0 ? (v & 0xffffu) : (v >> 16));
+  }
+}
+template <typename T>
+__device__ __forceinline__ void set_element(VectorOf<T>& v, int e, T value) {
+  if constexpr (sizeof(T) == 4) {
+    (e == 0 ? v.x : v.y) = value;
+  } else {
+    v = e == 0 ? ((v & 0xffff0000u) | value) : ((v & 0xffffu) | (uint32_t(value) << 16));
+  }
+}
+
+// One tile of a job: its matrix's pointers and sizes, and its first row and column.
+template <typename T>
+struct TileAt {
+  const T* src;
+  T* dst;
+  int64_t rows, cols, i0, j0;
+  bool read_vectors, write_vectors;
+};
+
+template <typename T>
+__device__ __forceinline__ TileAt<T> tile_at(const Transposes& jobs, uint32_t t) {
+  constexpr int kSide = kTile<T>;
+  const bool second = t >= jobs.first.tiles;
+  const Transpose& job = second ? jobs.second : jobs.first;
+  const uint32_t rest = second ? t - jobs.first.tiles : t;
+  const uint32_t per_matrix = job.row_tiles * job.col_tiles;
+  const uint32_t b = rest / per_matrix, r = rest - b * per_matrix;
+  const uint32_t it = r / job.col_tiles, jt = r - it * job.col_tiles;
+  const int64_t offset = int64_t(b) * job.rows * job.cols;
+  return {static_cast<const T*>(job.in) + offset, static_cast<T*>(job.out) + offset, job.rows, job.cols,
+          int64_t(it) * kSide, int64_t(jt) * kSide, job.read_vectors, job.write_vectors};
+}
+
+// Each block moves kTile x kTile tiles (64 x 64) of the jobs' matrices,
+// numbered over both jobs one after the other (job, matrix, row tile, column
+// tile); block b takes tiles b, b + grid, ... With V = kVector = 2, thread
+// (x, y) reads the elements (i0 + y + 8p, j0 + V x to V x + V - 1) for each
+// pass p (a warp reads 32 V neighbours of one input row) into registers,
+// stores them in shared memory, and after the barrier writes the elements
+// (j0 + y + 8p, i0 + V x to V x + V - 1) of the output (32 V neighbours of
+// one output row a warp). Where the job's columns are whole vectors and its
+// input aligned to a vector (vectors_fit), each thread reads its V
+// neighbours in one access, else one element at a time; the same for the
+// writes where the rows are whole vectors and the output aligned (7x7
+// planes, 49 positions, move in vectors on one side). A thread issues all its reads of a tile
+// before it stores any, and reads its next tile while it writes the current
+// one, so that its loads are in flight while the block waits or writes: with
+// one load at a time and one tile a block, 64 channels at 56x56 in float32
+// (25.7 MB) took 38.9 us on an H200. The rows' odd length (kTile + 1)
+// keeps the column reads to two lanes a bank. T is an unsigned integer of
+// the element's size: the copy moves bits.
 template <typename T>
 __global__ void __launch_bounds__(32 * kRowsPerPass) batched_transpose_kernel(Transposes jobs) {
-  constexpr int V = kVector<T>, kSide = kTile<T>;
+  constexpr int V = kVector<T>, kSide = kTile<T>, kPasses = kSide / kRowsPerPass;
   __shared__ T tile[kSide][kSide + 1];
-  for (uint32_t t = blockIdx.x; t < jobs.total; t += gridDim.x) {
-    const bool second = t >= jobs.first.tiles;
-    const Transpose job = second ? jobs.second : jobs.first;
-    const uint32_t rest = second ? t - jobs.first.tiles : t;
-    const uint32_t per_matrix = job.row_tiles * job.col_tiles;
-    const uint32_t b = rest / per_matrix, r = rest - b * per_matrix;
-    const uint32_t it = r / job.col_tiles, jt = r - it * job.col_tiles;
-    const int64_t i0 = int64_t(it) * kSide, j0 = int64_t(jt) * kSide;
-    const T* src = static_cast<const T*>(job.in) + int64_t(b) * job.rows * job.cols;
-    T* dst = static_cast<T*>(job.out) + int64_t(b) * job.rows * job.cols;
-    const int64_t j = j0 + V * threadIdx.x;
+  using Vector = VectorOf<T>;
+  Vector held[kPasses];
+  const auto read = [&](const TileAt<T>& at) {
+    const int64_t j = at.j0 + V * threadIdx.x;
 #pragma unroll
-    for (int k = 0; k < kSide; k += kRowsPerPass) {
-      const int64_t i = i0 + threadIdx.y + k;
-      if (i >= job.rows) break;
-      T* to = &tile[threadIdx.y + k][V * threadIdx.x];
-      if (job.read_vectors) {
-        if (j < job.cols) {
-          const uint2 v = *reinterpret_cast<const uint2*>(src + i * job.cols + j);
-#pragma unroll
-          for (int e = 0; e < V; ++e) to[e] = reinterpret_cast<const T*>(&v)[e];
-        }
+    for (int p = 0; p < kPasses; ++p) {
+      const int64_t i = at.i0 + threadIdx.y + p * kRowsPerPass;
+      held[p] = Vector{};
+      if (i >= at.rows) continue;
+      const T* row = at.src + i * at.cols;
+      if (at.read_vectors) {
+        if (j < at.cols) held[p] = *reinterpret_cast<const Vector*>(row + j);
       } else {
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          if (j + e < job.cols) to[e] = src[i * job.cols + j + e];
+          if (j + e < at.cols) set_element<T>(held[p], e, row[j + e]);
         }
+      }
+    }
+  };
+  uint32_t t = blockIdx.x;
+  if (t >= jobs.total) return;
+  TileAt<T> at = tile_at<T>(jobs, t);
+  read(at);
+  for (;;) {
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        tile[threadIdx.y + p * kRowsPerPass][V * threadIdx.x + e] = element_of<T>(held[p], e);
       }
     }
     __syncthreads();
-    const int64_t i = i0 + V * threadIdx.x;
+    const uint64_t next = uint64_t(t) + gridDim.x;
+    const bool more = next < jobs.total;
+    TileAt<T> next_at = at;
+    if (more) {
+      next_at = tile_at<T>(jobs, uint32_t(next));
+      read(next_at);
+    }
+    const int64_t i = at.i0 + V * threadIdx.x;
 #pragma unroll
-    for (int k = 0; k < kSide; k += kRowsPerPass) {
-      const int64_t jj = j0 + threadIdx.y + k;
-      if (jj >= job.cols) break;
-      if (job.write_vectors) {
-        if (i < job.rows) {
-          uint2 v;
+    for (int p = 0; p < kPasses; ++p) {
+      const int64_t jj = at.j0 + threadIdx.y + p * kRowsPerPass;
+      if (jj >= at.cols) break;
+      T* row = at.dst + jj * at.rows;
+      if (at.write_vectors) {
+        if (i < at.rows) {
+          Vector v{};
 #pragma unroll
-          for (int e = 0; e < V; ++e) reinterpret_cast<T*>(&v)[e] = tile[V * threadIdx.x + e][threadIdx.y + k];
-          *reinterpret_cast<uint2*>(dst + jj * job.rows + i) = v;
+          for (int e = 0; e < V; ++e) set_element<T>(v, e, tile[V * threadIdx.x + e][threadIdx.y + p * kRowsPerPass]);
+          *reinterpret_cast<Vector*>(row + i) = v;
         }
       } else {
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          if (i + e < job.rows) dst[jj * job.rows + i + e] = tile[V * threadIdx.x + e][threadIdx.y + k];
+          if (i + e < at.rows) row[i + e] = tile[V * threadIdx.x + e][threadIdx.y + p * kRowsPerPass];
         }
       }
     }
-    __syncthreads();  // the tile is reused by the next iteration
+    if (!more) break;
+    __syncthreads();  // the tile is rewritten with the next one
+    t = uint32_t(next);
+    at = next_at;
   }
 }
 
@@ -133,10 +195,11 @@ int64_t tile_count(const at::Tensor& t) {
 }
 
 // Whether the kernel reads a matrix of `rows` x `cols` from `in` (or writes
-// its transpose to it: rows and cols swapped) in 8-byte vectors: the row
-// length a whole number of vectors, `in` 8-byte aligned.
+// its transpose to it: rows and cols swapped) in vectors of kVector
+// elements: the row length a whole number of vectors, `in` aligned to one.
 bool vectors_fit(const void* in, int64_t cols, int64_t element_size) {
-  return cols % (8 / element_size) == 0 && reinterpret_cast<uintptr_t>(in) % 8 == 0;
+  const int64_t bytes = kVector<uint8_t> * element_size;
+  return cols % kVector<uint8_t> == 0 && reinterpret_cast<uintptr_t>(in) % bytes == 0;
 }
 
 // Whether the transpose kernel changes t into `format`: a 4-D CUDA tensor of
@@ -162,14 +225,30 @@ Transpose job_of(const at::Tensor& t, void* out, at::MemoryFormat format) {
           vectors_fit(t.const_data_ptr(), cols, t.element_size()), vectors_fit(out, rows, t.element_size())};
 }
 
+// The blocks of a launch: at most as many as the device holds at once, and
+// as few as give each the same number of tiles (blocks that take one tile
+// more than the others would leave the device part idle at the end).
+template <typename T>
+unsigned blocks_for_tiles(uint32_t tiles) {
+  static const int per_sm = [] {
+    int blocks = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, batched_transpose_kernel<T>,
+                                                                 32 * kRowsPerPass, 0));
+    return std::max(blocks, 1);
+  }();
+  if (tiles == 0) return 1;
+  const int64_t resident = int64_t(per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t per_block = (int64_t(tiles) + resident - 1) / resident;
+  return unsigned((int64_t(tiles) + per_block - 1) / per_block);
+}
+
 void launch(const Transposes& jobs, int64_t element_size) {
-  const dim3 grid(unsigned(std::min<int64_t>(jobs.total, std::numeric_limits<int>::max())));
   const dim3 block(32, kRowsPerPass);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   if (element_size == 2) {
-    batched_transpose_kernel<uint16_t><<<grid, block, 0, stream>>>(jobs);
+    batched_transpose_kernel<uint16_t><<<blocks_for_tiles<uint16_t>(jobs.total), block, 0, stream>>>(jobs);
   } else {
-    batched_transpose_kernel<uint32_t><<<grid, block, 0, stream>>>(jobs);
+    batched_transpose_kernel<uint32_t><<<blocks_for_tiles<uint32_t>(jobs.total), block, 0, stream>>>(jobs);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -5,11 +5,11 @@
 //
 // This is how the implicit-GEMM engine (channels_last only) takes NCHW data,
 // and how it gives NCHW results back. The kernel reads and writes whole
-// tiles (128 x 128 in 16-bit, 64 x 64 in float32) through shared memory, so
-// both sides of the copy are coalesced (at::Tensor::contiguous's
-// element-wise copy reads one of them with a stride), each thread moving 8
-// bytes of neighbouring elements in one access where the sizes allow and
-// the data is aligned; it costs one allocation and one launch on the host.
+// tiles (64 x 64) through shared memory, so both sides of the copy are
+// coalesced (at::Tensor::contiguous's element-wise copy reads one of them
+// with a stride), each thread moving two neighbouring elements in one access
+// where the sizes allow and the data is aligned; it costs one allocation and
+// one launch on the host.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,8 +1,9 @@
-"""conv2d's float32 NCHW pointwise forwards on CUDA: layers on planes of 7x7
-positions and more whose weight has at most 2^19 elements run as per-image
-GEMMs in place (engines_cuda.cpp); larger weights on planes under 128
-positions keep the column route (im2col, one GEMM, a copy into place). Both
-match float64, exactly in float32 and within TF32's rounding with TF32 on."""
+"""conv2d's NCHW pointwise forwards on CUDA (engines_cuda.cpp): float32
+layers on planes of 7x7 positions and more whose weight has at most 2^19
+elements run as per-image GEMMs in place; other layers of several images on
+planes under 128 positions go through channels_last (a layout change each way around the channels_last
+GEMM). Each runs its route and matches float64: float32 exactly or within
+TF32's rounding with TF32 on, 16-bit within its rounding; results are NCHW."""
 
 import pytest
 import torch
@@ -17,14 +18,18 @@ TF32_ROUNDOFF = 2.0 ** -11
 
 
 def run(x, w, b):
-    """The op's result and whether the column route's im2col ran (for 1x1
-    windows, the row copy kernel; None where the profiler saw no kernel:
-    under compute-sanitizer)."""
+    """The op's result and whether it changed layout each way (the transpose
+    kernel ran; None where the profiler saw no kernel: under
+    compute-sanitizer). Neither route runs the column route's im2col or row
+    copy."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         out = ops.conv2d(x, w, b, [1, 1], [0, 0], [1, 1], 1)
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return out, (any("im2col" in n or "copy_rows" in n for n in names) if names else None)
+    if not names:
+        return out, None
+    assert not any("im2col" in n or "copy_rows" in n for n in names), names
+    return out, any("batched_transpose" in n for n in names)
 
 
 # (images, input channels, output channels, plane): MobileNetV2's and
@@ -50,13 +55,13 @@ def test_float32_nchw_pointwise_forward_matches_float64(case, tf32, bias, gen):
     saved = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = tf32
     try:
-        got, im2col_ran = run(x, w, b)
+        got, relaid = run(x, w, b)
     finally:
         torch.backends.cudnn.allow_tf32 = saved
     ctx = f"case={case} tf32={tf32} bias={bias}"
     assert got.shape == (n, k, h, w_) and got.is_contiguous(), ctx
     per_image = c * k <= PER_IMAGE_MAX_WEIGHT
-    assert im2col_ran in (not per_image and h * w_ < 128, None), ctx
+    assert relaid in (not per_image and h * w_ < 128, None), ctx
     bd = None if b is None else b.double()
     want = F.conv2d(x.double(), w.double(), bd)
     bound = F.conv2d(x.double().abs(), w.double().abs(), None if b is None else bd.abs())
@@ -65,6 +70,33 @@ def test_float32_nchw_pointwise_forward_matches_float64(case, tf32, bias, gen):
         assert bool((err <= 4 * TF32_ROUNDOFF * bound + 1e-30).all()), f"{ctx}: max err {err.max().item()}"
     else:
         assert_matches(got, want.cpu(), bound.cpu(), torch.float32, c, "output", ctx, device="cuda")
+
+
+# (images, input channels, output channels, plane): 16-bit layers, through
+# channels_last on planes under 128 positions, else per-image GEMMs in place.
+CASES_16BIT = [
+    (8, 128, 96, (7, 7)),
+    (4, 64, 72, (9, 13)),
+    (4, 256, 320, (14, 14)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("case", CASES_16BIT, ids=lambda c: f"n{c[0]}-{c[1]}to{c[2]}-{c[3][0]}x{c[3][1]}")
+def test_16bit_nchw_pointwise_forward_matches_float64(case, bias, dtype, gen):
+    n, c, k, (h, w_) = case
+    x = make_tensor((n, c, h, w_), dtype, "cuda", gen=gen)
+    w = make_tensor((k, c, 1, 1), dtype, "cuda", gen=gen)
+    b = make_tensor((k,), dtype, "cuda", gen=gen) if bias else None
+    got, relaid = run(x, w, b)
+    ctx = f"case={case} bias={bias} {dtype}"
+    assert got.shape == (n, k, h, w_) and got.is_contiguous() and got.dtype == dtype, ctx
+    assert relaid in (h * w_ < 128, None), ctx
+    bd = None if b is None else b.double()
+    want = F.conv2d(x.double(), w.double(), bd)
+    bound = F.conv2d(x.double().abs(), w.double().abs(), None if b is None else bd.abs())
+    assert_matches(got, want.cpu(), bound.cpu(), dtype, c, "output", ctx, device="cuda")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])

@@ -21,11 +21,12 @@ pytestmark = cuda
 DTYPES = [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id="bf16"),
           pytest.param(torch.float32, id="f32")]
 # (N, C, H, W, groups): C and H * W multiples of 4, even, odd, and mixed;
-# several tiles (128 x 128 in 16-bit, 64 x 64 in float32); all above the
-# tiny problems' bound (tiny_direct.h), whose one-launch kernels read NCHW in
+# several tiles of 64 x 64, and (the last) more tiles than the device holds
+# blocks at once, so that each block moves several; all above the tiny
+# problems' bound (tiny_direct.h), whose one-launch kernels read NCHW in
 # place.
 SHAPES = [(2, 96, 24, 20, 32), (2, 132, 30, 30, 44), (2, 66, 20, 24, 22), (4, 9, 63, 65, 3), (3, 130, 9, 15, 26),
-          (2, 27, 40, 40, 9), (1, 192, 33, 34, 64), (8, 132, 7, 7, 44)]
+          (2, 27, 40, 40, 9), (1, 192, 33, 34, 64), (8, 132, 7, 7, 44), (40, 64, 48, 50, 1)]
 
 
 @pytest.mark.parametrize("offset", [False, True], ids=["aligned", "offset"])
