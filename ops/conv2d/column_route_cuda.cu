@@ -10,25 +10,12 @@
 #include "ops/common/launch.h"
 #include "ops/common/relayout_cuda.h"
 #include "ops/conv2d/column_route.h"
+#include "ops/conv2d/weight_planes_sum.cuh"
 
 namespace customconv {
 namespace {
 
 constexpr int kThreads = 256;
-
-// out[i] = the sum over s of partial[s * plane + i], in Acc, in slice order,
-// rounded once; a thread per element, grid-stride.
-template <typename Acc, typename Out>
-__global__ void __launch_bounds__(kThreads)
-    sum_slices_kernel(const Acc* __restrict__ partial, Out* __restrict__ out, int64_t slices,
-                      int64_t plane) {
-  for (int64_t i = blockIdx.x * int64_t(kThreads) + threadIdx.x; i < plane;
-       i += int64_t(gridDim.x) * kThreads) {
-    Acc sum = partial[i];
-    for (int64_t s = 1; s < slices; ++s) sum += partial[s * plane + i];
-    out[i] = static_cast<Out>(sum);
-  }
-}
 
 }  // namespace
 
@@ -47,8 +34,9 @@ void sum_slices_cuda(const at::Tensor& partial, const at::Tensor& out) {
       at::kHalf, at::kBFloat16, out.scalar_type(), "sum_slices_cuda", [&] {
         using Acc = at::opmath_type<scalar_t>;
         TORCH_INTERNAL_ASSERT(partial.scalar_type() == c10::CppTypeToScalarType<Acc>::value);
-        sum_slices_kernel<Acc, scalar_t><<<blocks, kThreads, 0, stream>>>(
-            partial.const_data_ptr<Acc>(), out.mutable_data_ptr<scalar_t>(), slices, plane);
+        sum_planes_kernel<Acc, scalar_t><<<blocks, kThreads, 0, stream>>>(
+            partial.const_data_ptr<Acc>(), out.mutable_data_ptr<scalar_t>(), slices, plane, 1,
+            /*reorder=*/false);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
 }

@@ -233,6 +233,12 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
     return *out;
   }
   const Plan p = make_plan(s, input_arg, Pass::kForward);
+  if (p.pointwise && p.g == 1 && p.rows_g > 0 && s.in.n * s.k * s.oh * s.ow > 0) {
+    // The NCHW GEMMs in place allocate their own result.
+    auto out =
+        pointwise_conv2d_nchw(kernels.gemm, as_batch(input_arg, s.in.batched), weight_arg, bias, s);
+    if (out) return in_format(unbatch(*out, s.in.batched));
+  }
   at::Tensor out = at::empty({s.in.n, s.k, s.oh, s.ow}, input_arg.options());
   const bool has_bias = bias.has_value() && bias->defined();
   if (out.numel() == 0) return in_format(unbatch(out, s.in.batched));
@@ -243,11 +249,6 @@ at::Tensor conv2d_impl(const Conv2dKernels& kernels, const at::Tensor& input_arg
   }
 
   const at::Tensor input = as_batch(input_arg, s.in.batched);
-  if (p.pointwise && p.g == 1) {
-    if (auto out = pointwise_conv2d_nchw(kernels.gemm, input, weight_arg, bias, s)) {
-      return in_format(unbatch(*out, s.in.batched));
-    }
-  }
   const at::Tensor wc = weight_arg.contiguous();
   const at::Tensor w = weight_rows(wc, p, /*transposed=*/false);
   if (p.pointwise) {

@@ -286,9 +286,9 @@ std::optional<at::Tensor> dense_mma_conv2d_grad_weight(const at::Tensor& grad_ou
                                              partial.mutable_data_ptr<float>(), g);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     const int threads = 256;
-    sum_planes_kernel<T><<<unsigned(blocks_for(plane, threads)), threads, 0, stream>>>(
-        partial.const_data_ptr<float>(), out.mutable_data_ptr<T>(), int(slices), plane, int(s.in.c),
-        format == kChannelsLast);
+    sum_planes_kernel<float, T><<<unsigned(blocks_for(plane, threads)), threads, 0, stream>>>(
+        partial.const_data_ptr<float>(), out.mutable_data_ptr<T>(), slices, plane, int(s.in.c),
+        format != kChannelsLast);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return out;

@@ -283,13 +283,13 @@ std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_
     const int threads = 256;
     const unsigned blocks = unsigned(blocks_for(plane, threads));
     if (unrounded) {
-      sum_planes_kernel<float><<<blocks, threads, 0, stream>>>(
-          partial.const_data_ptr<float>(), out.mutable_data_ptr<float>(), int(slices), plane,
-          int(cg), format == kChannelsLast);
+      sum_planes_kernel<float, float><<<blocks, threads, 0, stream>>>(
+          partial.const_data_ptr<float>(), out.mutable_data_ptr<float>(), slices, plane, int(cg),
+          format != kChannelsLast);
     } else {
-      sum_planes_kernel<T><<<blocks, threads, 0, stream>>>(partial.const_data_ptr<float>(),
-                                                           out.mutable_data_ptr<T>(), int(slices),
-                                                           plane, int(cg), format == kChannelsLast);
+      sum_planes_kernel<float, T><<<blocks, threads, 0, stream>>>(
+          partial.const_data_ptr<float>(), out.mutable_data_ptr<T>(), slices, plane, int(cg),
+          format != kChannelsLast);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });

@@ -73,6 +73,22 @@ std::optional<at::Tensor> by_image_chunks(int64_t n, int64_t chunk,
   return all;
 }
 
+// whole() -> std::optional<at::Tensor> (the whole batch's result, in any
+// layout) where `chunk` covers the n images, else part(n0, nc) on each chunk
+// (by_image_chunks); the result in `format`.
+template <class Whole, class Part>
+std::optional<at::Tensor> whole_or_by_image_chunks(int64_t n, int64_t chunk,
+                                                   const at::TensorOptions& options,
+                                                   at::MemoryFormat format, const Whole& whole,
+                                                   const Part& part) {
+  if (chunk >= n) {
+    const std::optional<at::Tensor> out = whole();
+    if (!out) return std::nullopt;
+    return to_memory_format(*out, format);
+  }
+  return by_image_chunks(n, chunk, options, format, part);
+}
+
 // A forward whose NCHW input changes layout: pass(x, shape, epilogue) ->
 // std::optional<at::Tensor>, the channels_last result of the images x, on the
 // whole batch where its copies fit the limit (relayout_chunk), else on each
@@ -84,16 +100,14 @@ std::optional<at::Tensor> forward_by_image_chunks(const at::Tensor& input,
                                                   at::MemoryFormat format, const Pass& pass) {
   const int64_t chunk =
       relayout_chunk(input, s, !input.is_contiguous(at::MemoryFormat::ChannelsLast));
-  if (chunk >= s.in.n) {
-    const std::optional<at::Tensor> out = pass(input, s, epilogue);
-    if (!out) return std::nullopt;
-    return to_memory_format(*out, format);
-  }
-  return by_image_chunks(s.in.n, chunk, input.options(), format, [&](int64_t n0, int64_t nc) {
-    const ConvEpilogue part =
-        epilogue != nullptr ? epilogue_images(*epilogue, n0, nc) : ConvEpilogue{};
-    return pass(input.narrow(0, n0, nc), with_images(s, nc), epilogue != nullptr ? &part : nullptr);
-  });
+  return whole_or_by_image_chunks(
+      s.in.n, chunk, input.options(), format, [&] { return pass(input, s, epilogue); },
+      [&](int64_t n0, int64_t nc) {
+        const ConvEpilogue part =
+            epilogue != nullptr ? epilogue_images(*epilogue, n0, nc) : ConvEpilogue{};
+        return pass(input.narrow(0, n0, nc), with_images(s, nc),
+                    epilogue != nullptr ? &part : nullptr);
+      });
 }
 
 // An input gradient whose NCHW grad_output changes layout: pass(go, x,
@@ -108,14 +122,11 @@ std::optional<at::Tensor> grad_input_by_image_chunks(const at::Tensor& grad_outp
                                                      at::MemoryFormat format, const Pass& pass) {
   const int64_t chunk =
       relayout_chunk(grad_output, s, !grad_output.is_contiguous(at::MemoryFormat::ChannelsLast));
-  if (chunk >= s.in.n) {
-    const std::optional<at::Tensor> gi = pass(grad_output, input, s);
-    if (!gi) return std::nullopt;
-    return to_memory_format(*gi, format);
-  }
-  return by_image_chunks(s.in.n, chunk, input.options(), format, [&](int64_t n0, int64_t nc) {
-    return pass(grad_output.narrow(0, n0, nc), input.narrow(0, n0, nc), with_images(s, nc));
-  });
+  return whole_or_by_image_chunks(
+      s.in.n, chunk, input.options(), format, [&] { return pass(grad_output, input, s); },
+      [&](int64_t n0, int64_t nc) {
+        return pass(grad_output.narrow(0, n0, nc), input.narrow(0, n0, nc), with_images(s, nc));
+      });
 }
 
 // A weight gradient whose NCHW operands change layout: pass(go, x, shape,

@@ -508,6 +508,13 @@ std::optional<at::Tensor> forward_images(const at::Tensor& input, const at::Tens
 std::optional<at::Tensor> forward(const at::Tensor& input, const at::Tensor& weight,
                                   const std::optional<at::Tensor>& bias,
                                   const Conv2dShape<int64_t>& s, const ConvEpilogue* epilogue) {
+  // An NCHW input that keeps its layout (relayout_nchw) and is not a packed
+  // stem is declined by every chunk's prepare(): decline it before the
+  // chunks' views (NCHW pointwise layers in place come through here first).
+  if (!input.is_contiguous(kChannelsLast) && s.in.c > kPackedChannels &&
+      !(relayout_nchw(s, /*forward=*/true, input.element_size()) && input.is_contiguous())) {
+    return std::nullopt;
+  }
   const at::MemoryFormat format = conv2d_output_format(input, weight);
   const bool nchw_result = format != kChannelsLast;
   return forward_by_image_chunks(

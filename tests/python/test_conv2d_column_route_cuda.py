@@ -3,9 +3,9 @@ leave to im2col + GEMM. Where several images share one GEMM, its result is
 regrouped into images by the row copy kernel (relayout_cuda.h), and grad_output
 is regrouped the other way for the gradients; the weight gradient's partial
 products (per image, or per slice of a long reduction) are summed and
-rounded by the slice-sum kernel. Each case matches float64 F.conv2d in every
-pass, runs the kernel it is meant to exercise, and gives the same weight
-gradient, bit for bit, on a second run."""
+rounded by the plane-sum kernel (weight_planes_sum.cuh). Each case matches
+float64 F.conv2d in every pass, runs the kernel it is meant to exercise, and
+gives the same weight gradient, bit for bit, on a second run."""
 
 import pytest
 import torch
@@ -14,7 +14,7 @@ from testlib import ConvConfig, check_conv_case, dtype_name, kernels_launched, m
 
 pytestmark = pytest.mark.cuda
 
-SWAP, SUM = "copy_rows_kernel", "sum_slices_kernel"
+SWAP, SUM = "copy_rows_kernel", "sum_planes_kernel"
 
 # (batch, in channels, out channels, kernel, padding, plane, dtypes, kernels
 # the forward and backward launch). Planes of 49 positions move one element
