@@ -85,8 +85,14 @@ __device__ __forceinline__ TileAt<T> tile_at(const Transposes& jobs, uint32_t t)
   const uint32_t b = rest / per_matrix, r = rest - b * per_matrix;
   const uint32_t it = r / job.col_tiles, jt = r - it * job.col_tiles;
   const int64_t offset = int64_t(b) * job.rows * job.cols;
-  return {static_cast<const T*>(job.in) + offset, static_cast<T*>(job.out) + offset, job.rows, job.cols,
-          int64_t(it) * kSide, int64_t(jt) * kSide, job.read_vectors, job.write_vectors};
+  return {static_cast<const T*>(job.in) + offset,
+          static_cast<T*>(job.out) + offset,
+          job.rows,
+          job.cols,
+          int64_t(it) * kSide,
+          int64_t(jt) * kSide,
+          job.read_vectors,
+          job.write_vectors};
 }
 
 // Each block moves kTile x kTile tiles (64 x 64) of the jobs' matrices,
@@ -161,13 +167,15 @@ __global__ void __launch_bounds__(32 * kRowsPerPass) batched_transpose_kernel(Tr
         if (i < at.rows) {
           Vector v{};
 #pragma unroll
-          for (int e = 0; e < V; ++e) set_element<T>(v, e, tile[V * threadIdx.x + e][threadIdx.y + p * kRowsPerPass]);
+          for (int e = 0; e < V; ++e)
+            set_element<T>(v, e, tile[V * threadIdx.x + e][threadIdx.y + p * kRowsPerPass]);
           *reinterpret_cast<Vector*>(row + i) = v;
         }
       } else {
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-          if (i + e < at.rows) row[i + e] = tile[V * threadIdx.x + e][threadIdx.y + p * kRowsPerPass];
+          if (i + e < at.rows)
+            row[i + e] = tile[V * threadIdx.x + e][threadIdx.y + p * kRowsPerPass];
         }
       }
     }
@@ -232,12 +240,13 @@ template <typename T>
 unsigned blocks_for_tiles(uint32_t tiles) {
   static const int per_sm = [] {
     int blocks = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, batched_transpose_kernel<T>,
-                                                                 32 * kRowsPerPass, 0));
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, batched_transpose_kernel<T>, 32 * kRowsPerPass, 0));
     return std::max(blocks, 1);
   }();
   if (tiles == 0) return 1;
-  const int64_t resident = int64_t(per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t resident =
+      int64_t(per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t per_block = (int64_t(tiles) + resident - 1) / resident;
   return unsigned((int64_t(tiles) + per_block - 1) / per_block);
 }
@@ -246,9 +255,11 @@ void launch(const Transposes& jobs, int64_t element_size) {
   const dim3 block(32, kRowsPerPass);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   if (element_size == 2) {
-    batched_transpose_kernel<uint16_t><<<blocks_for_tiles<uint16_t>(jobs.total), block, 0, stream>>>(jobs);
+    batched_transpose_kernel<uint16_t>
+        <<<blocks_for_tiles<uint16_t>(jobs.total), block, 0, stream>>>(jobs);
   } else {
-    batched_transpose_kernel<uint32_t><<<blocks_for_tiles<uint32_t>(jobs.total), block, 0, stream>>>(jobs);
+    batched_transpose_kernel<uint32_t>
+        <<<blocks_for_tiles<uint32_t>(jobs.total), block, 0, stream>>>(jobs);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -1,5 +1,8 @@
-#include "ops/common/relayout_cuda.h"
 #include "ops/conv2d/conv2d.h"
+
+#include <algorithm>
+
+#include "ops/common/relayout_cuda.h"
 #include "ops/conv2d/dense_mma.h"
 #include "ops/conv2d/grouped_direct.h"
 #include "ops/conv2d/grouped_mma.h"
@@ -10,8 +13,6 @@
 #include "ops/conv2d/stem_direct.h"
 #include "ops/conv2d/strided_pointwise.h"
 #include "ops/conv2d/tiny_direct.h"
-
-#include <algorithm>
 
 namespace customconv {
 
@@ -45,31 +46,32 @@ bool per_image_pointwise_forward(const at::Tensor& input, const Conv2dShape<int6
 
 // Unstrided NCHW pointwise forwards of several images whose planes have under
 // 128 positions (those the NCHW routes would take through the column route,
-// nchw_gemm_in_place) go through channels_last: the input changes layout (relayout_cuda.h), the channels_last
-// GEMM runs (pointwise_gemm.h), and the result changes back. The column
-// route moves as many bytes (a 1x1 window's im2col copies the input as it is,
-// and its result is regrouped into images), but its product, (K, N*H*W) from
-// (C, N*H*W) columns, ran slower in cuBLAS than the channels_last one. H200,
-// N=32, us (kernels), column route / through channels_last (cuDNN): float32
-// 512 -> 2048 at 7x7 40.7 / 25.4 (27.6), 2048 -> 512 35.6 / 24.5 (30.0);
-// float16 23.8 / 23.7 (21.4), 24.3 / 22.1 (20.9). Float32 layers with at most
-// 2^19 weights keep the per-image GEMMs (per_image_pointwise_forward, one
-// launch, as fast as cuDNN). On 14x14 planes the 16-bit per-image GEMMs are
-// slow (1024 -> 512: 36.6 us, cuDNN's the same kernel) and this route was
-// faster (29.1), but its two more launches cost the host 14-16 us a call,
-// more than the device saved on ResNet-50's other 14x14 layers (1.7 us).
-bool pointwise_forward_through_channels_last(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
-  if (s.groups != 1 || !s.win.pointwise() || s.in.n < 2 || input.dim() != 4 || !input.is_contiguous() ||
-      input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+// nchw_gemm_in_place) go through channels_last: the input changes layout
+// (relayout_cuda.h), the channels_last GEMM runs (pointwise_gemm.h), and the
+// result changes back. The column route moves as many bytes (a 1x1 window's
+// im2col copies the input as it is, and its result is regrouped into
+// images), but its product, (K, N*H*W) from (C, N*H*W) columns, ran slower in
+// cuBLAS than the channels_last one. H200, N=32, us (kernels), column route /
+// through channels_last (cuDNN): float32 512 -> 2048 at 7x7 40.7 / 25.7
+// (27.5), 2048 -> 512 35.6 / 24.7 (29.9); float16 23.8 / 19.5 (21.3), 24.3 /
+// 18.0 (20.8). Float32 layers with at most 2^19 weights keep the per-image
+// GEMMs (per_image_pointwise_forward, one launch, as fast as cuDNN). On 14x14
+// planes the 16-bit per-image GEMMs are slow (1024 -> 512: 36.6 us, cuDNN's
+// the same kernel) and this route was faster (29.1), but its two more
+// launches cost the host 14-16 us a call, more than the device saved on
+// ResNet-50's other 14x14 layers (1.7 us).
+bool pointwise_forward_through_channels_last(const at::Tensor& input,
+                                             const Conv2dShape<int64_t>& s) {
+  if (s.groups != 1 || !s.win.pointwise() || s.in.n < 2 || input.dim() != 4 ||
+      !input.is_contiguous() || input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
     return false;
   }
   return !nchw_gemm_in_place(s);
 }
 
-std::optional<at::Tensor> pointwise_conv2d_through_channels_last(const at::Tensor& input,
-                                                                 const at::Tensor& weight,
-                                                                 const std::optional<at::Tensor>& bias,
-                                                                 const Conv2dShape<int64_t>& s) {
+std::optional<at::Tensor> pointwise_conv2d_through_channels_last(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    const Conv2dShape<int64_t>& s) {
   if (conv2d_output_format(input, weight) != at::MemoryFormat::Contiguous) return std::nullopt;
   const at::Tensor x = to_memory_format(input, at::MemoryFormat::ChannelsLast);
   auto out = pointwise_conv2d(batched_gemm_cuda, x, weight, bias, s);
