@@ -3,7 +3,8 @@ PyTorch eager: torchvision's ResNet-50, ResNeXt-50 32x4d and MobileNetV2
 (`--models`; the first two by default), inference at N=32,
 224x224, in float32 (TF32 as PyTorch's default for convolutions) and float16,
 NCHW and channels_last. Each side is timed with CUDA events around `--iters`
-forward calls after a warm-up (median of 5 rounds); both run the same weights,
+forward calls after a warm-up (median of 5 rounds, the two sides taking turns
+round by round); both run the same weights,
 and the converted model's output is checked against the original's.
 
 At N=32 both sides can be bound by the host's launch rate rather than by the
@@ -25,6 +26,7 @@ the same for the device's own time.
 import argparse
 import copy
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Callable, List
@@ -43,11 +45,20 @@ MODELS = {"resnet50": torchvision.models.resnet50,
 DEFAULT_MODELS = "resnet50,resnext50_32x4d"
 
 
-def ms_per_call(fn: Callable[[], object], device: str, iters: int, rounds: int = 5) -> float:
-    """Median over rounds of the time for `iters` back-to-back calls, per call, in ms."""
-    for _ in range(3):
-        fn()
-    return median_round_ms(fn, device, iters, rounds)
+def ms_per_call(fns: List[Callable[[], object]], device: str, iters: int,
+                rounds: int = 5) -> List[float]:
+    """For each callable, the median over rounds of the time for `iters` back-to-back
+    calls, per call, in ms. The callables take turns round by round, so that a spell of
+    slowness on the host, which sets the back-to-back time of a host-bound forward,
+    falls on both sides alike rather than on whichever side was timed during it."""
+    for fn in fns:
+        for _ in range(3):
+            fn()
+    times: List[List[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for t, fn in zip(times, fns):
+            t.append(median_round_ms(fn, device, iters, 1))
+    return [statistics.median(t) for t in times]
 
 
 def main(argv: List[str]) -> int:
@@ -77,8 +88,8 @@ def main(argv: List[str]) -> int:
                 with torch.inference_mode():
                     want, got = theirs(xin).float(), ours(xin).float()
                     err = float((got - want).abs().max() / want.abs().max())
-                    t_theirs = ms_per_call(lambda: theirs(xin), args.device, args.iters)
-                    t_ours = ms_per_call(lambda: ours(xin), args.device, args.iters)
+                    t_theirs, t_ours = ms_per_call([lambda: theirs(xin), lambda: ours(xin)],
+                                                   args.device, args.iters)
                     row = dict(model=name, dtype=dtype_name, layout=layout, ours_ms=t_ours,
                                torch_ms=t_theirs, speedup=t_theirs / t_ours, rel_err=err)
                     line = (f"{name:16s} {dtype_name:8s} {layout:13s} ours {t_ours:7.2f} ms  "

@@ -11,6 +11,7 @@ namespace {
 
 constexpr int64_t kCpuDefaultMiB = 256;
 constexpr int64_t kCudaDefaultMiB = 48;
+constexpr int64_t kCudaCallBoundMiB = 64;  // a call's extra memory on CUDA
 
 // CUSTOMCONV_WORKSPACE_MB in bytes, or 0 where it is not set.
 int64_t environment_limit() {
@@ -45,9 +46,21 @@ void set_workspace_limit_bytes(int64_t bytes) {
 }
 
 int64_t images_per_chunk(int64_t n, int64_t bytes_per_image, c10::DeviceType device) {
+  return images_within(n, bytes_per_image, workspace_limit_bytes(device));
+}
+
+int64_t images_within(int64_t n, int64_t bytes_per_image, int64_t limit) {
   if (n <= 1) return std::max<int64_t>(n, 1);
-  const int64_t fit = workspace_limit_bytes(device) / std::max<int64_t>(bytes_per_image, 1);
+  const int64_t fit = limit / std::max<int64_t>(bytes_per_image, 1);
   return std::clamp<int64_t>(fit, 1, n);
+}
+
+int64_t relayout_forward_limit_bytes(c10::DeviceType device, int64_t reserved) {
+  const int64_t limit = workspace_limit_bytes(device);
+  if (device != c10::DeviceType::CUDA || set_limit().load(std::memory_order_relaxed) > 0) {
+    return limit;
+  }
+  return std::max<int64_t>((kCudaCallBoundMiB << 20) - std::max<int64_t>(reserved, 0), limit);
 }
 
 }  // namespace customconv

@@ -24,14 +24,21 @@ namespace customconv {
 // Images per chunk of a pass whose NCHW operands change layout (`nchw`: the
 // input's or grad_output's layout changes; else the whole batch): the
 // channels_last copies of a chunk's input and output sides, (C*H*W + K*P*Q)
-// elements an image, stay within the workspace limit.
+// elements an image, stay within the workspace limit, or for a forward
+// (`forward`) within relayout_forward_limit_bytes with twice the weight's
+// bytes reserved (its channels_last copy, and its merged or rotated form).
 // The chunks are as even as their number allows (32 images in two chunks of
 // 16, not 30 and 2): a chunk of a few images fills the device poorly.
-inline int64_t relayout_chunk(const at::Tensor& t, const Conv2dShape<int64_t>& s, bool nchw) {
+inline int64_t relayout_chunk(const at::Tensor& t, const Conv2dShape<int64_t>& s, bool nchw,
+                              bool forward = false) {
   const int64_t n = std::max<int64_t>(s.in.n, 1);
   if (!nchw || !s.in.batched) return n;
-  const int64_t image = (s.in.c * s.in.h * s.in.w + s.k * s.oh * s.ow) * t.element_size();
-  const int64_t fit = images_per_chunk(n, image, t.device().type());
+  const int64_t es = t.element_size();
+  const int64_t image = (s.in.c * s.in.h * s.in.w + s.k * s.oh * s.ow) * es;
+  const c10::DeviceType device = t.device().type();
+  const int64_t weight_bytes = s.k * (s.in.c / std::max<int64_t>(s.groups, 1)) * s.win.kh * s.win.kw * es;
+  const int64_t fit = forward ? images_within(n, image, relayout_forward_limit_bytes(device, 2 * weight_bytes))
+                              : images_per_chunk(n, image, device);
   const int64_t chunks = (n + fit - 1) / fit;
   return (n + chunks - 1) / chunks;
 }
@@ -98,8 +105,8 @@ std::optional<at::Tensor> forward_by_image_chunks(const at::Tensor& input,
                                                   const Conv2dShape<int64_t>& s,
                                                   const ConvEpilogue* epilogue,
                                                   at::MemoryFormat format, const Pass& pass) {
-  const int64_t chunk =
-      relayout_chunk(input, s, !input.is_contiguous(at::MemoryFormat::ChannelsLast));
+  const int64_t chunk = relayout_chunk(input, s, !input.is_contiguous(at::MemoryFormat::ChannelsLast),
+                                       /*forward=*/true);
   return whole_or_by_image_chunks(
       s.in.n, chunk, input.options(), format, [&] { return pass(input, s, epilogue); },
       [&](int64_t n0, int64_t nc) {

@@ -9,7 +9,8 @@ Each case runs in a process with a small limit, so that the batch splits, and
 matches float64 F.conv2d in every pass (the fused forward too); the weight
 gradient of the larger windows runs no im2col and repeats bit for bit. A
 second process checks that a large layer's extra memory stays near the limit
-in every pass."""
+in every pass, and a third that forwards with the default limits stay
+within 64 MiB."""
 
 import os
 import subprocess
@@ -132,8 +133,47 @@ MEMORY_SCRIPT = textwrap.dedent(
 )
 
 
+DEFAULT_LIMIT_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch, torch.nn.functional as F
+    sys.path.insert(0, sys.argv[1])
+    from testlib import make_tensor, ops
+    torch.backends.cudnn.allow_tf32 = True
+    gen = torch.Generator().manual_seed(int(sys.argv[2]))
+    # Forwards at N=32 whose NCHW copies take 49 to 128 MiB in one piece: with
+    # the default limits a forward's copies may fill the 64 MiB bound on a
+    # call's extra memory (ResNeXt-50's grouped layers in float32 and float16,
+    # a strided one, and ResNet-50's RGB stem).
+    cases = [((32, 128, 56, 56), (128, 4, 3, 3), 1, 1, 32, torch.float32),
+             ((32, 256, 56, 56), (256, 8, 3, 3), 2, 1, 32, torch.float32),
+             ((32, 128, 56, 56), (128, 4, 3, 3), 1, 1, 32, torch.float16),
+             ((32, 3, 224, 224), (64, 3, 7, 7), 2, 3, 1, torch.float32)]
+    for xs, ws, st, pad, groups, dtype in cases:
+        x = make_tensor(xs, dtype, "cuda", gen=gen)
+        w = make_tensor(ws, dtype, "cuda", gen=gen)
+        fn = lambda: ops.conv2d(x, w, None, [st, st], [pad, pad], [1, 1], groups)
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        out = fn()
+        torch.cuda.synchronize()
+        extra = torch.cuda.max_memory_allocated() - before - out.numel() * out.element_size()
+        assert extra <= 64 << 20, f"{xs} {dtype}: {extra / 2**20:.1f} MiB beyond 64 MiB"
+        assert out.is_contiguous()
+        ref = F.conv2d(x.double(), w.double(), None, st, pad, 1, groups)
+        err = (out.double() - ref).abs().max().item() / ref.abs().max().item()
+        assert err < (1e-2 if dtype == torch.float16 else 5e-3), f"{xs} {dtype}: error {err}"
+    print("ok")
+    """
+)
+
+
 def run(script, limit_mib, *args):
-    env = dict(os.environ, CUSTOMCONV_WORKSPACE_MB=str(limit_mib))
+    env = dict(os.environ)
+    env.pop("CUSTOMCONV_WORKSPACE_MB", None)
+    if limit_mib is not None:
+        env["CUSTOMCONV_WORKSPACE_MB"] = str(limit_mib)
     proc = subprocess.run([sys.executable, "-c", script, HERE, *map(str, args)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "ok" in proc.stdout, (
@@ -146,3 +186,7 @@ def test_chunked_layout_changes_match_float64_and_repeat_bitwise(seed):
 
 def test_chunked_layout_changes_keep_extra_memory_near_the_limit(seed):
     run(MEMORY_SCRIPT, 8, seed, 8)
+
+
+def test_forward_layout_changes_keep_extra_memory_within_64_mib_by_default(seed):
+    run(DEFAULT_LIMIT_SCRIPT, None, seed)
