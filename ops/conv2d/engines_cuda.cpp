@@ -117,6 +117,32 @@ bool strided_pointwise_forward(const at::Tensor& input, const Conv2dShape<int64_
   return true;
 }
 
+// NCHW strided pointwise forwards (ResNet's downsampling shortcuts on NCHW
+// data) on the gathered positions (strided_pointwise.h), where that measured
+// faster than the column route (the same gather by im2col, one GEMM over a
+// chunk's images, and a regroup into images, in chunks under the workspace
+// limit): results of at least 28x28 positions, and float32 ones of at least
+// 128, per image in place; float32 results of fewer through channels_last.
+// H200, N=32, us, column route / this route (cuDNN): 256 -> 512 from 56x56,
+// float32 106.2 / 62.7 (111.6), float16 48.1 / 36.4 (84.4), extra memory 46
+// -> 24 MiB in float32; 512 -> 1024 from 28x28 in float32 63.7 / 61.1 (69.8);
+// 1024 -> 2048 from 14x14 in float32, through channels_last, 65.4 / 55.9
+// (54.0). The per-image GEMMs on narrower rows lost in 16-bit (512 -> 1024
+// from 28x28, float16: 35.4 / 57.3) and on 7x7 results in float32 (124.0);
+// 16-bit 7x7 results gained nothing through channels_last (39.3 / 40.2).
+enum class StridedNchwRoute { kNone, kPerImage, kThroughChannelsLast };
+
+StridedNchwRoute strided_pointwise_nchw_route(const at::Tensor& input,
+                                              const Conv2dShape<int64_t>& s) {
+  if (s.win.kh * s.win.kw != 1 || (s.win.sh == 1 && s.win.sw == 1)) return StridedNchwRoute::kNone;
+  const int64_t length = s.oh * s.ow;
+  const bool f32 = input.scalar_type() == at::kFloat;
+  if (length >= 28 * 28 || (f32 && length >= kPointwisePerImageMinLength)) {
+    return StridedNchwRoute::kPerImage;
+  }
+  return f32 ? StridedNchwRoute::kThroughChannelsLast : StridedNchwRoute::kNone;
+}
+
 // float32 groups of 8 with a stride go to the Hopper forward of merged
 // groups before the grouped tensor-core kernels (implicit_gemm.h's
 // hopper_grouped_forward_first).
@@ -160,6 +186,12 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
   }
   if (strided_pointwise_forward(input, s)) {
     if (auto out = strided_pointwise_conv2d_cuda(input, weight, bias, s)) return out;
+  }
+  if (const StridedNchwRoute route = strided_pointwise_nchw_route(input, s);
+      route != StridedNchwRoute::kNone) {
+    auto out = strided_pointwise_conv2d_nchw_cuda(
+        input, weight, bias, s, route == StridedNchwRoute::kThroughChannelsLast);
+    if (out) return out;
   }
   if (s.groups > 1) {
     // Groups of 8 (or 4) channels on tensor cores, an 8-channel slice a warp,

@@ -11,8 +11,14 @@
 // data, PyTorch's TF32 policy for convolutions). Results are channels_last,
 // the format F.conv2d gives these layers' channels_last data; each function
 // declines (nullopt) other layers and layouts (conv2d_output_format not
-// channels_last), which keep the implicit GEMM. engines_cuda.cpp says where
-// they go first.
+// channels_last), which keep the implicit GEMM. The forward of NCHW data
+// (an NCHW-contiguous input, an NCHW result) has its own function:
+//   forward_nchw the positions gathered into an NCHW tensor and the GEMMs of
+//                pointwise_conv2d_nchw in place, one per image; or
+//                (through_channels_last) gathered channels_last, the
+//                channels_last GEMM, and the result changed back to NCHW
+//                (relayout_cuda.h).
+// engines_cuda.cpp says where they go first.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -27,6 +33,11 @@ std::optional<at::Tensor> strided_pointwise_conv2d_cuda(const at::Tensor& input,
                                                         const at::Tensor& weight,
                                                         const std::optional<at::Tensor>& bias,
                                                         const Conv2dShape<int64_t>& s);
+std::optional<at::Tensor> strided_pointwise_conv2d_nchw_cuda(const at::Tensor& input,
+                                                             const at::Tensor& weight,
+                                                             const std::optional<at::Tensor>& bias,
+                                                             const Conv2dShape<int64_t>& s,
+                                                             bool through_channels_last);
 std::optional<at::Tensor> strided_pointwise_conv2d_grad_input_cuda(const at::Tensor& grad_output,
                                                                    const at::Tensor& input,
                                                                    const at::Tensor& weight,

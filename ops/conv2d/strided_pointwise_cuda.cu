@@ -5,6 +5,8 @@
 #include <cstdint>
 
 #include "ops/common/launch.h"
+#include "ops/common/relayout_cuda.h"
+#include "ops/common/strided_view.h"
 #include "ops/conv2d/batched_gemm.h"
 #include "ops/conv2d/pointwise_gemm.h"
 #include "ops/conv2d/strided_pointwise.h"
@@ -152,11 +154,19 @@ at::Tensor spread_strided_positions(const at::Tensor& dense, const Conv2dShape<i
   return out;
 }
 
-bool takes(const at::Tensor& input, const at::Tensor& weight, const Conv2dShape<int64_t>& s) {
+bool strided_pointwise(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   const Window2d& w = s.win;
   return input.is_cuda() && s.in.batched && s.groups == 1 && w.kh == 1 && w.kw == 1 && w.ph == 0 &&
-         w.pw == 0 && (w.sh > 1 || w.sw > 1) && s.in.n * s.oh * s.ow > 0 && s.in.c > 0 && s.k > 0 &&
-         conv2d_output_format(input, weight) == kChannelsLast;
+         w.pw == 0 && (w.sh > 1 || w.sw > 1) && s.in.n * s.oh * s.ow > 0 && s.in.c > 0 && s.k > 0;
+}
+
+bool takes(const at::Tensor& input, const at::Tensor& weight, const Conv2dShape<int64_t>& s) {
+  return strided_pointwise(input, s) && conv2d_output_format(input, weight) == kChannelsLast;
+}
+
+bool takes_nchw(const at::Tensor& input, const at::Tensor& weight, const Conv2dShape<int64_t>& s) {
+  return strided_pointwise(input, s) && input.is_contiguous() &&
+         conv2d_output_format(input, weight) == at::MemoryFormat::Contiguous;
 }
 
 // The pointwise layer on the gathered positions.
@@ -179,6 +189,29 @@ std::optional<at::Tensor> strided_pointwise_conv2d_cuda(const at::Tensor& input,
   const c10::cuda::CUDAGuard guard(input.device());
   return pointwise_conv2d(batched_gemm_cuda, gather_strided_positions(input, s), weight, bias,
                           subsampled(s));
+}
+
+std::optional<at::Tensor> strided_pointwise_conv2d_nchw_cuda(const at::Tensor& input,
+                                                             const at::Tensor& weight,
+                                                             const std::optional<at::Tensor>& bias,
+                                                             const Conv2dShape<int64_t>& s,
+                                                             bool through_channels_last) {
+  if (!takes_nchw(input, weight, s)) return std::nullopt;
+  const c10::cuda::CUDAGuard guard(input.device());
+  if (through_channels_last) {
+    const auto out = pointwise_conv2d(batched_gemm_cuda, gather_strided_positions(input, s), weight,
+                                      bias, subsampled(s));
+    if (!out) return std::nullopt;
+    return to_memory_format(*out, at::MemoryFormat::Contiguous);
+  }
+  // The positions gathered into an NCHW tensor (one strided copy), then the
+  // GEMMs of the stride-1 layer in place, one per image.
+  at::Tensor gathered = at::empty({s.in.n, s.in.c, s.oh, s.ow}, input.options());
+  gathered.copy_(strided_view(
+      input, {s.in.n, s.in.c, s.oh, s.ow},
+      {input.stride(0), input.stride(1), s.win.sh * input.stride(2), s.win.sw * input.stride(3)},
+      input.storage_offset()));
+  return pointwise_conv2d_nchw(batched_gemm_cuda, gathered, weight, bias, subsampled(s));
 }
 
 std::optional<at::Tensor> strided_pointwise_conv2d_grad_input_cuda(const at::Tensor& grad_output,

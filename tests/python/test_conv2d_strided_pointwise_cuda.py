@@ -8,13 +8,16 @@ per axis, views), the results in F.conv2d's memory format; the input gradient
 is zero where the window never reads; the weight gradient is reproducible bit
 for bit; the CUTLASS strided kernels are not launched where the route takes
 the pass, and small or padded layers keep the other routes with the same
-results."""
+results. NCHW forwards take the positions gathered into an NCHW tensor and
+per-image GEMMs in place, or in float32 on small results through
+channels_last, or else the column route, each where engines_cuda.cpp says."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from testlib import (ConvConfig, check_conv_case, conv2d_call, cuda, kernels_launched, make_tensor,
-                     ops)
+from testlib import (ConvConfig, assert_matches, check_conv_case, conv2d_call, cuda, kernels_launched,
+                     make_tensor, ops)
 
 pytestmark = cuda
 
@@ -99,3 +102,46 @@ def test_layers_the_route_declines_match_torch(dtype, case, gen, seed):
                      input_layout="channels_last", weight_layout="contiguous",
                      grad_layout="channels_last", **case)
     check_conv_case(conv2d_call(cfg), cfg, "cuda", dtype, gen, f"seed={seed} {dtype} {cfg}")
+
+
+# (images, input channels, output channels, plane, stride): NCHW layers whose
+# results have at least 28x28 positions (per-image GEMMs in place on the
+# gathered positions, every dtype), 14x14 and 15x15 results (in place in
+# float32, the column route in the other dtypes), and results of 7x7 and 5x5
+# positions (through channels_last in float32, the column route in the other
+# dtypes). Each is above the tiny direct kernel's 2^20 multiply-adds.
+NCHW_CASES = [
+    ((2, 32, 48, (56, 56), (2, 2)), "in place"),
+    ((2, 24, 40, (60, 59), (2, 2)), "in place"),
+    ((3, 64, 96, (28, 28), (2, 2)), "in place in float32"),
+    ((4, 96, 64, (45, 30), (3, 2)), "in place in float32"),
+    ((6, 128, 96, (14, 14), (2, 2)), "through channels_last in float32"),
+    ((8, 160, 96, (15, 13), (3, 3)), "through channels_last in float32"),
+]
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("case", NCHW_CASES, ids=lambda c: "n{}-{}to{}-{}x{}-s{}x{}".format(
+    c[0][0], c[0][1], c[0][2], *c[0][3], *c[0][4]))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_pointwise_nchw_forward_takes_its_route_and_matches_float64(dtype, case, bias, gen):
+    (n, c, k, (h, w_), stride), route = case
+    x = make_tensor((n, c, h, w_), dtype, "cuda", gen=gen)
+    w = make_tensor((k, c, 1, 1), dtype, "cuda", gen=gen)
+    b = make_tensor((k,), dtype, "cuda", gen=gen) if bias else None
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        got = ops.conv2d(x, w, b, list(stride), [0, 0], [1, 1], 1)
+        torch.cuda.synchronize()
+    names = " ".join(e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    ctx = f"{dtype} {case} bias={bias}"
+    want = F.conv2d(x.double(), w.double(), None if b is None else b.double(), stride)
+    assert got.shape == want.shape and got.is_contiguous() and got.dtype == dtype, ctx
+    f32 = dtype == torch.float32
+    per_image = route == "in place" or (route == "in place in float32" and f32)
+    relaid = route == "through channels_last in float32" and f32
+    if names:  # none under compute-sanitizer
+        column_route = "im2col" in names or "copy_rows" in names
+        assert column_route == (not per_image and not relaid), (ctx, names)
+        assert ("batched_transpose" in names) == relaid, (ctx, names)
+    bound = F.conv2d(x.double().abs(), w.double().abs(), None if b is None else b.double().abs(), stride)
+    assert_matches(got, want.cpu(), bound.cpu(), dtype, c, "output", ctx, device="cuda")
