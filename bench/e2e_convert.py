@@ -26,10 +26,9 @@ the same for the device's own time.
 import argparse
 import copy
 import json
-import statistics
 import sys
 from pathlib import Path
-from typing import Callable, List
+from typing import List
 
 import torch
 import torchvision
@@ -37,28 +36,12 @@ import torchvision
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python_stub"))
 import customconv  # noqa: E402
 from bench import Timer  # noqa: E402  (bench/ is the script's directory)
-from e2e import median_round_ms  # noqa: E402
+from e2e import Timer as RoundTimer  # noqa: E402  (rounds of back-to-back calls)
 
 MODELS = {"resnet50": torchvision.models.resnet50,
           "resnext50_32x4d": torchvision.models.resnext50_32x4d,
           "mobilenet_v2": torchvision.models.mobilenet_v2}
 DEFAULT_MODELS = "resnet50,resnext50_32x4d"
-
-
-def ms_per_call(fns: List[Callable[[], object]], device: str, iters: int,
-                rounds: int = 5) -> List[float]:
-    """For each callable, the median over rounds of the time for `iters` back-to-back
-    calls, per call, in ms. The callables take turns round by round, so that a spell of
-    slowness on the host, which sets the back-to-back time of a host-bound forward,
-    falls on both sides alike rather than on whichever side was timed during it."""
-    for fn in fns:
-        for _ in range(3):
-            fn()
-    times: List[List[float]] = [[] for _ in fns]
-    for _ in range(rounds):
-        for t, fn in zip(times, fns):
-            t.append(median_round_ms(fn, device, iters, 1))
-    return [statistics.median(t) for t in times]
 
 
 def main(argv: List[str]) -> int:
@@ -73,6 +56,8 @@ def main(argv: List[str]) -> int:
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     device_timer = Timer("cuda", max_reps=50, warmup=2) if args.device == "cuda" else None
+    rounds = RoundTimer(args.device, iters=args.iters, rounds=5, round_ms=0.0, warmup_calls=3,
+                        warmup_s=0.0, min_iters=1)
     rows = []
     for name in args.models.split(","):
         base = MODELS[name]().eval()
@@ -88,8 +73,10 @@ def main(argv: List[str]) -> int:
                 with torch.inference_mode():
                     want, got = theirs(xin).float(), ours(xin).float()
                     err = float((got - want).abs().max() / want.abs().max())
-                    t_theirs, t_ours = ms_per_call([lambda: theirs(xin), lambda: ours(xin)],
-                                                   args.device, args.iters)
+                    # The two sides take turns round by round (RoundTimer.ms_per_call_each).
+                    t = rounds.ms_per_call_each({"theirs": lambda: theirs(xin),
+                                                 "ours": lambda: ours(xin)})
+                    t_theirs, t_ours = t["theirs"], t["ours"]
                     row = dict(model=name, dtype=dtype_name, layout=layout, ours_ms=t_ours,
                                torch_ms=t_theirs, speedup=t_theirs / t_ours, rel_err=err)
                     line = (f"{name:16s} {dtype_name:8s} {layout:13s} ours {t_ours:7.2f} ms  "
