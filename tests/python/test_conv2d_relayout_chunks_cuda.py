@@ -93,7 +93,7 @@ MEMORY_SCRIPT = textwrap.dedent(
     """
     import sys, torch
     sys.path.insert(0, sys.argv[1])
-    from testlib import make_tensor, ops
+    from testlib import cuda_extra_bytes, make_tensor, ops
     torch.backends.cudnn.allow_tf32 = True
     gen = torch.Generator().manual_seed(int(sys.argv[2]))
     limit = int(sys.argv[3]) << 20
@@ -119,13 +119,7 @@ MEMORY_SCRIPT = textwrap.dedent(
               "float16 grouped grad_input": lambda: ops.conv2d_grad_input(gh, xh, wh, *grouped16),
               "float16 grouped grad_weight": lambda: ops.conv2d_grad_weight(gh, xh, wh, *grouped16)}
     for name, fn in passes.items():
-        fn()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        out = fn()
-        torch.cuda.synchronize()
-        extra = torch.cuda.max_memory_allocated() - before - out.numel() * out.element_size()
+        _, extra = cuda_extra_bytes(fn)
         assert extra <= limit + (2 << 20), (
             f"{name}: {extra / 2**20:.1f} MiB beyond a {limit >> 20} MiB limit")
     print("ok")
@@ -137,7 +131,7 @@ DEFAULT_LIMIT_SCRIPT = textwrap.dedent(
     """
     import sys, torch, torch.nn.functional as F
     sys.path.insert(0, sys.argv[1])
-    from testlib import make_tensor, ops
+    from testlib import cuda_extra_bytes, make_tensor, ops
     torch.backends.cudnn.allow_tf32 = True
     gen = torch.Generator().manual_seed(int(sys.argv[2]))
     # Forwards at N=32 whose NCHW copies take 49 to 128 MiB in one piece: with
@@ -151,14 +145,8 @@ DEFAULT_LIMIT_SCRIPT = textwrap.dedent(
     for xs, ws, st, pad, groups, dtype in cases:
         x = make_tensor(xs, dtype, "cuda", gen=gen)
         w = make_tensor(ws, dtype, "cuda", gen=gen)
-        fn = lambda: ops.conv2d(x, w, None, [st, st], [pad, pad], [1, 1], groups)
-        fn()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        out = fn()
-        torch.cuda.synchronize()
-        extra = torch.cuda.max_memory_allocated() - before - out.numel() * out.element_size()
+        out, extra = cuda_extra_bytes(
+            lambda: ops.conv2d(x, w, None, [st, st], [pad, pad], [1, 1], groups))
         assert extra <= 64 << 20, f"{xs} {dtype}: {extra / 2**20:.1f} MiB beyond 64 MiB"
         assert out.is_contiguous()
         ref = F.conv2d(x.double(), w.double(), None, st, pad, 1, groups)

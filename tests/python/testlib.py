@@ -40,6 +40,19 @@ DEVICE_DTYPES = [pytest.param("cpu", dt, id=f"cpu-{_SHORT[dt]}") for dt in CPU_D
 ]
 
 
+def cuda_extra_bytes(fn):
+    """fn()'s result, and the peak memory its call allocated beyond the result,
+    in bytes, on the current CUDA device (an earlier call warms the caching
+    allocator)."""
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, torch.cuda.max_memory_allocated() - before - out.numel() * out.element_size()
+
+
 def kernels_launched(fn) -> str:
     """The names of the CUDA kernels fn() launches, one string (to check which
     route a call takes)."""
