@@ -189,8 +189,8 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
   }
   if (const StridedNchwRoute route = strided_pointwise_nchw_route(input, s);
       route != StridedNchwRoute::kNone) {
-    auto out = strided_pointwise_conv2d_nchw_cuda(
-        input, weight, bias, s, route == StridedNchwRoute::kThroughChannelsLast);
+    auto out = strided_pointwise_conv2d_nchw_cuda(input, weight, bias, s,
+                                                  route == StridedNchwRoute::kThroughChannelsLast);
     if (out) return out;
   }
   if (s.groups > 1) {

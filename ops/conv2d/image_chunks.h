@@ -36,9 +36,11 @@ inline int64_t relayout_chunk(const at::Tensor& t, const Conv2dShape<int64_t>& s
   const int64_t es = t.element_size();
   const int64_t image = (s.in.c * s.in.h * s.in.w + s.k * s.oh * s.ow) * es;
   const c10::DeviceType device = t.device().type();
-  const int64_t weight_bytes = s.k * (s.in.c / std::max<int64_t>(s.groups, 1)) * s.win.kh * s.win.kw * es;
-  const int64_t fit = forward ? images_within(n, image, relayout_forward_limit_bytes(device, 2 * weight_bytes))
-                              : images_per_chunk(n, image, device);
+  const int64_t weight_bytes =
+      s.k * (s.in.c / std::max<int64_t>(s.groups, 1)) * s.win.kh * s.win.kw * es;
+  const int64_t fit =
+      forward ? images_within(n, image, relayout_forward_limit_bytes(device, 2 * weight_bytes))
+              : images_per_chunk(n, image, device);
   const int64_t chunks = (n + fit - 1) / fit;
   return (n + chunks - 1) / chunks;
 }
@@ -105,8 +107,9 @@ std::optional<at::Tensor> forward_by_image_chunks(const at::Tensor& input,
                                                   const Conv2dShape<int64_t>& s,
                                                   const ConvEpilogue* epilogue,
                                                   at::MemoryFormat format, const Pass& pass) {
-  const int64_t chunk = relayout_chunk(input, s, !input.is_contiguous(at::MemoryFormat::ChannelsLast),
-                                       /*forward=*/true);
+  const int64_t chunk =
+      relayout_chunk(input, s, !input.is_contiguous(at::MemoryFormat::ChannelsLast),
+                     /*forward=*/true);
   return whole_or_by_image_chunks(
       s.in.n, chunk, input.options(), format, [&] { return pass(input, s, epilogue); },
       [&](int64_t n0, int64_t nc) {
