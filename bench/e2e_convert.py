@@ -31,16 +31,14 @@ from pathlib import Path
 from typing import List
 
 import torch
-import torchvision
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python_stub"))
 import customconv  # noqa: E402
 from bench import Timer  # noqa: E402  (bench/ is the script's directory)
 from e2e import Timer as RoundTimer  # noqa: E402  (rounds of back-to-back calls)
+from e2e import make_base, rel_err  # noqa: E402
 
-MODELS = {"resnet50": torchvision.models.resnet50,
-          "resnext50_32x4d": torchvision.models.resnext50_32x4d,
-          "mobilenet_v2": torchvision.models.mobilenet_v2}
+MODELS = ("resnet50", "resnext50_32x4d", "mobilenet_v2")
 DEFAULT_MODELS = "resnet50,resnext50_32x4d"
 
 
@@ -60,7 +58,11 @@ def main(argv: List[str]) -> int:
                         warmup_s=0.0, min_iters=1)
     rows = []
     for name in args.models.split(","):
-        base = MODELS[name]().eval()
+        if name not in MODELS:
+            parser.error(f"--models: unknown model {name!r}; known: {', '.join(MODELS)}")
+        # Random batch-norm statistics: torchvision's defaults make MobileNetV2's
+        # logits ~1e-9, which float16 rounds to zero.
+        base = make_base(name, seed=0)
         for dtype_name in args.dtypes.split(","):
             dtype = getattr(torch, dtype_name)
             theirs = copy.deepcopy(base).to(args.device, dtype)
@@ -71,8 +73,7 @@ def main(argv: List[str]) -> int:
                 theirs, ours = theirs.to(memory_format=fmt), ours.to(memory_format=fmt)
                 xin = x.contiguous(memory_format=fmt)
                 with torch.inference_mode():
-                    want, got = theirs(xin).float(), ours(xin).float()
-                    err = float((got - want).abs().max() / want.abs().max())
+                    err = rel_err(ours(xin), theirs(xin))
                     # The two sides take turns round by round (RoundTimer.ms_per_call_each).
                     t = rounds.ms_per_call_each({"theirs": lambda: theirs(xin),
                                                  "ours": lambda: ours(xin)})
