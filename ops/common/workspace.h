@@ -37,4 +37,12 @@ int64_t images_within(int64_t n, int64_t bytes_per_image, int64_t limit);
 // CUSTOMCONV_WORKSPACE_MB or set_workspace_limit_bytes() bounds both.
 int64_t relayout_forward_limit_bytes(c10::DeviceType device, int64_t reserved);
 
+// The bound on the float32 (or float64) partial sums that a weight gradient
+// keeps for a chunk of images (image_chunks.h's grad_weight_by_image_chunks):
+// a third of the workspace limit of `device`, the chunk's layout changes
+// taking the rest.
+inline int64_t chunk_partials_limit_bytes(c10::DeviceType device) {
+  return workspace_limit_bytes(device) / 3;
+}
+
 }  // namespace customconv

@@ -471,15 +471,15 @@ std::optional<at::Tensor> grouped_direct_conv2d_grad_weight(const at::Tensor& gr
   const int64_t cells = (g.c / v) * (g.kg / v) * chunks;
   const int64_t rows = g.n * g.p;
   // Slices: about two waves of resident blocks, at least one row per warp,
-  // their planes within 48 MiB (a third of the workspace limit for a chunk
-  // of images, whose layout changes take the rest: image_chunks.h). The
+  // their planes within 48 MiB (for a chunk of images,
+  // chunk_partials_limit_bytes). The
   // count depends on the shape, the device and the limit only, so that the
   // sum's order, and the result, repeat.
   const int64_t blocks = (cells + 31) / 32;
   const int64_t sms = at::cuda::getDeviceProperties(input.get_device())->multiProcessorCount;
   const int64_t wave = kWgradBlocksPerSm * sms;
   const int64_t planes_bytes =
-      unrounded ? workspace_limit_bytes(c10::DeviceType::CUDA) / 3 : int64_t(48) << 20;
+      unrounded ? chunk_partials_limit_bytes(c10::DeviceType::CUDA) : int64_t(48) << 20;
   const int64_t by_memory = planes_bytes / (plane * at::elementSize(acc_type));
   const int64_t slices = std::max<int64_t>(
       1, std::min({(2 * wave + blocks - 1) / blocks, rows / kWarps, by_memory, int64_t(65535)}));

@@ -258,10 +258,11 @@ std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_
   const int64_t blocks_y = s.groups / gpb;
   const int64_t want = (4 * int64_t(fit.sms) + blocks_y - 1) / blocks_y;
   const int64_t plane = s.k * kTaps * cg;
-  // A chunk of images (unrounded) keeps its planes within a third of the
-  // workspace limit; its layout changes take the rest (image_chunks.h).
-  const int64_t by_memory =
-      unrounded ? workspace_limit_bytes(c10::DeviceType::CUDA) / 3 / (plane * 4) : int64_t(65535);
+  // A chunk of images (unrounded) keeps its planes within
+  // chunk_partials_limit_bytes.
+  const int64_t by_memory = unrounded
+                                ? chunk_partials_limit_bytes(c10::DeviceType::CUDA) / (plane * 4)
+                                : int64_t(65535);
   int64_t slices = std::max<int64_t>(
       1, std::min({want, (chunks + min_chunks - 1) / min_chunks, by_memory, int64_t(65535)}));
   const int64_t slice_chunks = (chunks + slices - 1) / slices;

@@ -4,7 +4,8 @@
 // within the workspace limit (ops/common/workspace.h), as the column
 // route's buffers do. At N=32 in float32, ResNet-50's stem and strided 1x1
 // layers and ResNeXt-50's 56x56 grouped layers changed 98-245 MiB of NCHW
-// data in one piece.
+// data in one piece. A chunk's images are views made without the
+// dispatcher (strided_view.h's leading_view): they stay within the op.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,6 +18,7 @@
 #include "ops/common/conv_shapes.h"
 #include "ops/common/epilogue.h"
 #include "ops/common/relayout_cuda.h"
+#include "ops/common/strided_view.h"
 #include "ops/common/workspace.h"
 
 namespace customconv {
@@ -54,7 +56,7 @@ inline Conv2dShape<int64_t> with_images(Conv2dShape<int64_t> s, int64_t n) {
 inline ConvEpilogue epilogue_images(const ConvEpilogue& e, int64_t n0, int64_t nc) {
   ConvEpilogue part;
   part.activation = e.activation;
-  if (e.has_residual()) part.residual = e.residual.narrow(0, n0, nc);
+  if (e.has_residual()) part.residual = leading_view(e.residual, n0, nc);
   return part;
 }
 
@@ -77,7 +79,7 @@ std::optional<at::Tensor> by_image_chunks(int64_t n, int64_t chunk,
       sizes[0] = n;
       all = at::empty(sizes, options.memory_format(format));
     }
-    copy_in_memory_format(*part, all.narrow(0, n0, nc), format);
+    copy_in_memory_format(*part, leading_view(all, n0, nc), format);
   }
   return all;
 }
@@ -115,7 +117,7 @@ std::optional<at::Tensor> forward_by_image_chunks(const at::Tensor& input,
       [&](int64_t n0, int64_t nc) {
         const ConvEpilogue part =
             epilogue != nullptr ? epilogue_images(*epilogue, n0, nc) : ConvEpilogue{};
-        return pass(input.narrow(0, n0, nc), with_images(s, nc),
+        return pass(leading_view(input, n0, nc), with_images(s, nc),
                     epilogue != nullptr ? &part : nullptr);
       });
 }
@@ -135,7 +137,7 @@ std::optional<at::Tensor> grad_input_by_image_chunks(const at::Tensor& grad_outp
   return whole_or_by_image_chunks(
       s.in.n, chunk, input.options(), format, [&] { return pass(grad_output, input, s); },
       [&](int64_t n0, int64_t nc) {
-        return pass(grad_output.narrow(0, n0, nc), input.narrow(0, n0, nc), with_images(s, nc));
+        return pass(leading_view(grad_output, n0, nc), leading_view(input, n0, nc), with_images(s, nc));
       });
 }
 
@@ -161,7 +163,7 @@ std::optional<at::Tensor> grad_weight_by_image_chunks(const at::Tensor& grad_out
   for (int64_t n0 = 0; n0 < s.in.n; n0 += chunk) {
     const int64_t nc = std::min(chunk, s.in.n - n0);
     const std::optional<at::Tensor> part =
-        pass(grad_output.narrow(0, n0, nc), input.narrow(0, n0, nc), with_images(s, nc), true);
+        pass(leading_view(grad_output, n0, nc), leading_view(input, n0, nc), with_images(s, nc), true);
     if (!part) return std::nullopt;
     if (sum.defined()) {
       sum.add_(*part);

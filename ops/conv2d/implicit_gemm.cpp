@@ -599,7 +599,7 @@ std::optional<at::Tensor> wgrad(const at::Tensor& x, const at::Tensor& go,
 // operands(n0, nc) gives the chunk's prepared input and grad_output
 // (channels_last; nullopt where they cannot be), shape(nc) the kernels' shape
 // for nc images. Each chunk's slices' float32 planes follow the previous
-// chunks', all of them within a third of the workspace limit (at least
+// chunks', all of them within chunk_partials_limit_bytes (at least
 // a plane a chunk), summed in order and rounded once: (K, C, kh, kw) of the
 // kernels' shape, stored channels_last, or nullopt where a chunk declines.
 template <class Shape, class Operands>
@@ -608,8 +608,8 @@ std::optional<at::Tensor> wgrad_in_chunks(const at::Tensor& input, int64_t n, in
   const Conv2dShape<int64_t> xs = shape(chunk);
   const int64_t plane = xs.k * xs.win.kh * xs.win.kw * xs.in.c;
   const int64_t chunks = (n + chunk - 1) / chunk;
-  const int64_t limit = workspace_limit_bytes(input.device().type());
-  const int64_t cap = std::max<int64_t>(1, limit / 3 / (plane * 4) / chunks);
+  const int64_t limit = chunk_partials_limit_bytes(input.device().type());
+  const int64_t cap = std::max<int64_t>(1, limit / (plane * 4) / chunks);
   std::vector<WgradSlices> slices;
   int64_t total = 0;
   for (int64_t n0 = 0; n0 < n; n0 += chunk) {
