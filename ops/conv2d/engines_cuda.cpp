@@ -10,6 +10,7 @@
 #include "ops/conv2d/implicit_gemm.h"
 #include "ops/conv2d/pointwise_fused_lt.h"
 #include "ops/conv2d/pointwise_gemm.h"
+#include "ops/conv2d/pointwise_tf32_nchw.h"
 #include "ops/conv2d/stem_direct.h"
 #include "ops/conv2d/strided_pointwise.h"
 #include "ops/conv2d/tiny_direct.h"
@@ -178,6 +179,11 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
   if (auto out = tiny_direct_conv2d_cuda(input, weight, bias, s)) return out;
   // RGB stems with 3x3 windows on CUDA cores (stem_direct.h).
   if (auto out = stem_direct_conv2d_cuda(input, weight, bias, s, Activation::kIdentity)) return out;
+#ifdef CUSTOMCONV_WITH_CUTLASS
+  // Float32 NCHW pointwise layers in TF32: one CUTLASS launch, less host
+  // time than cuBLAS's TF32 product (pointwise_tf32_nchw.h).
+  if (auto out = pointwise_conv2d_nchw_tf32_cuda(input, weight, bias, s)) return out;
+#endif
   if (per_image_pointwise_forward(input, s)) {
     if (auto out = pointwise_conv2d_nchw(batched_gemm_cuda, input, weight, bias, s)) return out;
   }
