@@ -46,8 +46,8 @@ using LargeGemm = Tf32Gemm<GemmShape<128, 128, 16>, GemmShape<64, 64, 16>, 4>;
 using SmallGemm = Tf32Gemm<GemmShape<64, 64, 16>, GemmShape<32, 32, 16>, 5>;
 
 template <typename Kernel>
-bool launch(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out, int n,
-            int k, int c, int l) {
+bool launch(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out, int n, int k,
+            int c, int l) {
   constexpr int kThreads = Kernel::kThreadCount;
   constexpr int kShared = int(sizeof(typename Kernel::SharedStorage));
   static CachedKernelFit fit(reinterpret_cast<const void*>(&cutlass::Kernel2<Kernel>),
@@ -55,15 +55,15 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const at::Tensor&
   const KernelFit& f = fit.on(input.get_device());
   if (!f) return false;
   typename Kernel::Arguments args(
-      cutlass::gemm::GemmUniversalMode::kBatched, cutlass::gemm::GemmCoord(k, l, c), n, {1.0f, 0.0f},
-      weight.const_data_ptr<float>(), input.const_data_ptr<float>(), out.const_data_ptr<float>(),
-      out.mutable_data_ptr<float>(), 0, int64_t(c) * l, int64_t(k) * l, int64_t(k) * l,
-      typename RowMajor::Stride(int(weight.stride(0))), typename RowMajor::Stride(l),
-      typename RowMajor::Stride(l), typename RowMajor::Stride(l));
+      cutlass::gemm::GemmUniversalMode::kBatched, cutlass::gemm::GemmCoord(k, l, c), n,
+      {1.0f, 0.0f}, weight.const_data_ptr<float>(), input.const_data_ptr<float>(),
+      out.const_data_ptr<float>(), out.mutable_data_ptr<float>(), 0, int64_t(c) * l, int64_t(k) * l,
+      int64_t(k) * l, typename RowMajor::Stride(int(weight.stride(0))),
+      typename RowMajor::Stride(l), typename RowMajor::Stride(l), typename RowMajor::Stride(l));
   if (Kernel::can_implement(args) != cutlass::Status::kSuccess) return false;
   const typename Kernel::Params params(args, f.sms, f.blocks_per_sm);
-  cutlass::Kernel2<Kernel><<<params.get_grid_dims(), kThreads, kShared,
-                             at::cuda::getCurrentCUDAStream()>>>(params);
+  cutlass::Kernel2<Kernel>
+      <<<params.get_grid_dims(), kThreads, kShared, at::cuda::getCurrentCUDAStream()>>>(params);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }
@@ -97,7 +97,8 @@ std::optional<at::Tensor> pointwise_conv2d_nchw_tf32_cuda(const at::Tensor& inpu
   const int64_t l = s.oh * s.ow;
   if (!tf32_nchw_layer(s.in.c, s.k)) return std::nullopt;
   if (s.in.n * s.k * l == 0 || s.in.c == 0 || l % 4 != 0 || s.in.c % 4 != 0 ||
-      !input.is_contiguous() || conv2d_output_format(input, weight) != at::MemoryFormat::Contiguous ||
+      !input.is_contiguous() ||
+      conv2d_output_format(input, weight) != at::MemoryFormat::Contiguous ||
       (weight.stride(1) != 1 && s.in.c != 1) || weight.stride(0) % 4 != 0 ||
       !aligned(input.const_data_ptr()) || !aligned(weight.const_data_ptr())) {
     return std::nullopt;
