@@ -9,12 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import assert_matches, make_tensor, ops
+from testlib import TF32_ROUNDOFF, assert_float32_conv2d_matches, assert_matches, make_tensor, ops
 
 pytestmark = pytest.mark.cuda
 
 PER_IMAGE_MAX_WEIGHT = 1 << 19
-TF32_ROUNDOFF = 2.0 ** -11
 
 
 def run(x, w, b):
@@ -62,14 +61,7 @@ def test_float32_nchw_pointwise_forward_matches_float64(case, tf32, bias, gen):
     assert got.shape == (n, k, h, w_) and got.is_contiguous(), ctx
     per_image = c * k <= PER_IMAGE_MAX_WEIGHT
     assert relaid in (not per_image and h * w_ < 128, None), ctx
-    bd = None if b is None else b.double()
-    want = F.conv2d(x.double(), w.double(), bd)
-    bound = F.conv2d(x.double().abs(), w.double().abs(), None if b is None else bd.abs())
-    if tf32:
-        err = (got.double() - want).abs()
-        assert bool((err <= 4 * TF32_ROUNDOFF * bound + 1e-30).all()), f"{ctx}: max err {err.max().item()}"
-    else:
-        assert_matches(got, want.cpu(), bound.cpu(), torch.float32, c, "output", ctx, device="cuda")
+    assert_float32_conv2d_matches(got, x, w, b, tf32, ctx)
 
 
 # (images, input channels, output channels, plane): 16-bit layers, through

@@ -12,11 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import assert_matches, make_tensor, ops, run_profiled_cuda
+from testlib import assert_float32_conv2d_matches, make_tensor, ops, run_profiled_cuda
 
 pytestmark = pytest.mark.cuda
-
-TF32_ROUNDOFF = 2.0 ** -11
 
 # (images, input channels, output channels, plane, taken with TF32 on). Each
 # is above the tiny direct kernel's 2^20 multiply-adds, so that a declined
@@ -51,14 +49,7 @@ def test_float32_nchw_pointwise_forward_takes_the_gemm_where_it_should_and_match
     assert got.shape == (n, k, h, w_) and got.is_contiguous(), ctx
     if names:  # (none under compute-sanitizer)
         assert gemm_ran(names) == (taken and tf32), (ctx, names)
-    bd = None if b is None else b.double()
-    want = F.conv2d(x.double(), w.double(), bd)
-    bound = F.conv2d(x.double().abs(), w.double().abs(), None if b is None else bd.abs())
-    if tf32:
-        err = (got.double() - want).abs()
-        assert bool((err <= 4 * TF32_ROUNDOFF * bound + 1e-30).all()), f"{ctx}: max err {err.max().item()}"
-    else:
-        assert_matches(got, want.cpu(), bound.cpu(), torch.float32, c, "output", ctx, device="cuda")
+    assert_float32_conv2d_matches(got, x, w, b, tf32, ctx)
 
 
 def test_views_and_channels_last_data_match_float64(gen):
@@ -78,9 +69,6 @@ def test_views_and_channels_last_data_match_float64(gen):
                                        tf32=True)
         if names and taken is not None:
             assert gemm_ran(names) == taken, (what, names)
-        want = F.conv2d(x.double(), w.double())
-        bound = F.conv2d(x.double().abs(), w.double().abs())
-        err = (got.double() - want).abs()
-        assert bool((err <= 4 * TF32_ROUNDOFF * bound + 1e-30).all()), f"{what}: max err {err.max().item()}"
+        assert_float32_conv2d_matches(got, x, w, None, True, what)
         cl = torch.channels_last
         assert got.is_contiguous(memory_format=cl) == F.conv2d(x, w).is_contiguous(memory_format=cl), what

@@ -301,6 +301,29 @@ def assert_exact(actual: torch.Tensor, expected: torch.Tensor, what: str, ctx: s
         )
 
 
+# Unit roundoff of TF32 (10 explicit mantissa bits), for float32 products that
+# PyTorch's TF32 policy lets the device round to TF32.
+TF32_ROUNDOFF = 2.0 ** -11
+
+
+def assert_float32_conv2d_matches(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
+                                  b: Optional[torch.Tensor], tf32: bool, ctx: str) -> None:
+    """A float32 conv2d result (stride 1, no padding, one group: the pointwise
+    layers' tests) against F.conv2d in float64: within 4 TF32 roundings of
+    the sum of |terms| where `tf32`, else within float32's tolerance
+    (assert_matches)."""
+    bd = None if b is None else b.double()
+    want = F.conv2d(x.double(), w.double(), bd)
+    bound = F.conv2d(x.double().abs(), w.double().abs(), None if b is None else bd.abs())
+    if tf32:
+        err = (got.double() - want).abs()
+        assert bool((err <= 4 * TF32_ROUNDOFF * bound + 1e-30).all()), f"{ctx}: max err {err.max().item()}"
+    else:
+        reduction = w.shape[1] * w.shape[2] * w.shape[3]
+        assert_matches(got, want.cpu(), bound.cpu(), torch.float32, reduction, "output", ctx,
+                       device=str(got.device.type))
+
+
 # ---------------------------------------------------------------- conv2d configs
 
 
