@@ -62,8 +62,11 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const at::Tensor&
       typename RowMajor::Stride(l), typename RowMajor::Stride(l), typename RowMajor::Stride(l));
   if (Kernel::can_implement(args) != cutlass::Status::kSuccess) return false;
   const typename Kernel::Params params(args, f.sms, f.blocks_per_sm);
-  cutlass::Kernel2<Kernel>
-      <<<params.get_grid_dims(), kThreads, kShared, at::cuda::getCurrentCUDAStream()>>>(params);
+  // Blocks (K tiles, position tiles, images): CUDA's grid takes at most 65535
+  // in y and z (planes of over 65535 tiles of positions decline).
+  const dim3 grid = params.get_grid_dims();
+  if (grid.y > 65535 || grid.z > 65535) return false;
+  cutlass::Kernel2<Kernel><<<grid, kThreads, kShared, at::cuda::getCurrentCUDAStream()>>>(params);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }

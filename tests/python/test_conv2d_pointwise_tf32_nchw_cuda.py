@@ -72,3 +72,15 @@ def test_views_and_channels_last_data_match_float64(gen):
         assert_float32_conv2d_matches(got, x, w, None, True, what)
         cl = torch.channels_last
         assert got.is_contiguous(memory_format=cl) == F.conv2d(x, w).is_contiguous(memory_format=cl), what
+
+
+def test_planes_of_more_tiles_than_the_grid_holds_decline_and_match(gen):
+    # 2100x2100 positions in 64-wide tiles: 68,907 tiles of positions, over
+    # CUDA's 65,535 blocks in the grid's y: the GEMM declines, cuBLAS's
+    # per-image route takes the layer.
+    x = make_tensor((1, 4, 2100, 2100), torch.float32, "cuda", gen=gen)
+    w = make_tensor((4, 4, 1, 1), torch.float32, "cuda", gen=gen)
+    got, names = run_profiled_cuda(lambda: ops.conv2d(x, w, None, [1, 1], [0, 0], [1, 1], 1), tf32=True)
+    if names:
+        assert not gemm_ran(names), names
+    assert_float32_conv2d_matches(got, x, w, None, True, "2100x2100 plane")
