@@ -1,8 +1,9 @@
 """Host cost per forward call of conv2d on torchvision models' own layers: each
 distinct convolution of the model (its input, weight, stride, padding, dilation
-and groups, at --batch), ours (torch.ops.customconv.conv2d, as convert()'s
-modules call it) against F.conv2d, under inference_mode, in NCHW and
-channels_last.
+and groups, at --batch), ours (the op convert()'s module calls for it:
+torch.ops.customconv.depthwise_conv2d where groups == in_channels, else
+torch.ops.customconv.conv2d) against F.conv2d, under inference_mode, in NCHW
+and channels_last.
 
 On CUDA the device is parked in a sleep kernel while the host queues a round of
 calls, so that the time per call is the host's alone (argument checks,
@@ -105,7 +106,7 @@ def main(argv: List[str]) -> int:
     args = parser.parse_args(argv)
     torch.backends.cudnn.allow_tf32 = True
     timer = HostTimer(args.device, args.calls, args.rounds)
-    conv2d = torch.ops.customconv.conv2d
+    conv2d, depthwise = torch.ops.customconv.conv2d, torch.ops.customconv.depthwise_conv2d
     rows, sums = [], []
     for model in args.models.split(","):
         layers = model_layers(model, args.batch)
@@ -117,11 +118,15 @@ def main(argv: List[str]) -> int:
                     x = torch.randn(xs, device=args.device, dtype=dtype).contiguous(memory_format=fmt)
                     w = (torch.randn(ws, device=args.device, dtype=dtype) * 0.05).contiguous(
                         memory_format=fmt)
+                    if groups == xs[1]:  # convert() makes these depthwise_conv2d
+                        call = lambda: depthwise(x, w, None, list(stride), list(padding),  # noqa: E731
+                                                 list(dilation))
+                    else:
+                        call = lambda: conv2d(x, w, None, list(stride), list(padding),  # noqa: E731
+                                              list(dilation), groups)
                     with torch.inference_mode():
                         ours, theirs = timer.paired(
-                            lambda: conv2d(x, w, None, list(stride), list(padding), list(dilation),
-                                           groups),
-                            lambda: F.conv2d(x, w, None, stride, padding, dilation, groups))
+                            call, lambda: F.conv2d(x, w, None, stride, padding, dilation, groups))
                     total_ours += ours * count
                     total_torch += theirs * count
                     layer = (f"{xs[1]} -> {ws[0]}, {ws[2]}x{ws[3]}, stride {stride[0]}, "
@@ -140,7 +145,7 @@ def main(argv: List[str]) -> int:
         dict(device=device_name, batch=args.batch, calls=args.calls, rounds=args.rounds,
              sums=sums, rows=rows), indent=1))
     held = "the device held behind a sleep kernel" if args.device == "cuda" else "whole calls"
-    lines = [f"# conv2d's host cost per forward call on models' layers, {device_name}, "
+    lines = [f"# Convolutions' host cost per forward call on models' layers, {device_name}, "
              f"N={args.batch} ({held})", "",
              f"Medians of {args.rounds} rounds of {args.calls} calls a side, taken in turn; sums "
              "weight each layer by its count in the model.", "",
