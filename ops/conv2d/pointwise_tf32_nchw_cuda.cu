@@ -17,6 +17,7 @@
 #include <cutlass/gemm/threadblock/threadblock_swizzle.h>
 
 #include "ops/common/kernel_fit.h"
+#include "ops/common/launch.h"
 
 namespace customconv {
 namespace {
@@ -71,8 +72,6 @@ bool launch(const at::Tensor& input, const at::Tensor& weight, const at::Tensor&
   return true;
 }
 
-bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // The layers this GEMM takes: expanding and square ones (K >= C), and those
 // with 64 or 128 output channels, which fill its tiles exactly. Other
 // reducing layers keep cuBLAS, which ran them faster on the device. H200,
@@ -102,8 +101,8 @@ std::optional<at::Tensor> pointwise_conv2d_nchw_tf32_cuda(const at::Tensor& inpu
   if (s.in.n * s.k * l == 0 || s.in.c == 0 || l % 4 != 0 || s.in.c % 4 != 0 ||
       !input.is_contiguous() ||
       conv2d_output_format(input, weight) != at::MemoryFormat::Contiguous ||
-      (weight.stride(1) != 1 && s.in.c != 1) || weight.stride(0) % 4 != 0 ||
-      !aligned(input.const_data_ptr()) || !aligned(weight.const_data_ptr())) {
+      weight.stride(1) != 1 || weight.stride(0) % 4 != 0 || !aligned16(input) ||
+      !aligned16(weight)) {
     return std::nullopt;
   }
   constexpr int64_t kMax = std::numeric_limits<int>::max();
