@@ -246,6 +246,11 @@ bool run(const at::Tensor& image, const at::Tensor& weight, const at::Tensor& bi
   const c10::cuda::CUDAGuard guard(image.device());
   const at::Tensor w = weight.contiguous();
   const int k = int(win.kh), stride = int(win.sh);
+  // float32 3x3 at stride 2: the kernel without a staged tile, where it takes the call.
+  if (k == 3 && stride == 2 && g.flip == 0 &&
+      depthwise_rows_channels_last_cuda(image, w, bias, result, g.pad_h, g.pad_w, act)) {
+    return true;
+  }
   switch (image.scalar_type()) {
     case at::kHalf: return launch_window<at::Half>(image, w, bias, result, g, k, stride, act);
     case at::kBFloat16:

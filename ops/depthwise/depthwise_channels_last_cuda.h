@@ -9,6 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "ops/common/activation.h"
 #include "ops/common/window.h"
 
 namespace customconv {
@@ -16,6 +17,15 @@ namespace customconv {
 // Whether the kernels take `t` (the input, or grad_output: dtype, channels,
 // alignment, sizes) with window `win`.
 bool channels_last_cuda_takes(const at::Tensor& t, const Window2d& win);
+
+// The float32 3x3 stride-2 forward by output rows a thread
+// (depthwise_channels_last_rows_cuda.cu), on a call the tiled kernel takes:
+// `image` (N, C, H, W) channels_last, `weight` contiguous, `result` (N, C,
+// OH, OW) channels_last, padding pad_h and pad_w. False, launching nothing,
+// for other dtypes, a weight or bias not 16-byte aligned, or a grid too large.
+bool depthwise_rows_channels_last_cuda(const at::Tensor& image, const at::Tensor& weight,
+                                       const at::Tensor& bias, const at::Tensor& result,
+                                       int pad_h, int pad_w, Activation act);
 
 // The input gradient at stride 2 (depthwise_channels_last_grad_cuda.cu).
 bool depthwise_grad_input_stride2_channels_last_cuda(const at::Tensor& grad_output,

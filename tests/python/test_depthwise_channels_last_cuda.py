@@ -1,6 +1,6 @@
 """depthwise_conv2d's channels_last kernels on CUDA
-(ops/depthwise/depthwise_channels_last_cuda.cu and
-depthwise_channels_last_grad_cuda.cu): square 3x3, 5x5 and 7x7 windows,
+(ops/depthwise/depthwise_channels_last_cuda.cu, depthwise_channels_last_grad_cuda.cu
+and, for float32 3x3 forwards at stride 2, depthwise_channels_last_rows_cuda.cu): square 3x3, 5x5 and 7x7 windows,
 stride 1 and 2, any padding, channel counts on and off the kernels'
 32-channel blocks, planes on and off their tiles, with and without bias,
 every activation of conv2d_fused, float16, bfloat16 and float32, against
@@ -241,3 +241,66 @@ def test_channels_last_backward_runs_in_a_cuda_graph(gen):
     check(gi, want[0], dtype, "graph grad_input")
     torch.testing.assert_close(gw.double(), want[1], rtol=4e-3, atol=4e-3 * want[1].abs().max().item())
     torch.testing.assert_close(gb.double(), want[2], rtol=4e-3, atol=4e-3 * want[2].abs().max().item())
+
+
+# The float32 3x3 stride-2 forward's kernel by output rows
+# (depthwise_channels_last_rows_cuda.cu): 8, 4 or 2 rows a thread by the
+# call's size, strips cut short by the plane's last rows, every padding.
+ROWS_KERNEL = "depthwise_rows_kernel"
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 1, 1), (2, 8, 2, 3), (3, 12, 17, 9), (2, 44, 40, 3),
+                                   (1, 64, 33, 70), (32, 96, 112, 112), (2, 1152, 14, 14),
+                                   (5, 24, 31, 31)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("pad", [0, 1, 2])
+def test_float32_stride2_3x3_forward_runs_by_rows_and_matches(shape, pad, gen):
+    n, c, h, w = shape
+    if h + 2 * pad < 3 or w + 2 * pad < 3:
+        pytest.skip("no output")
+    x = make_tensor(shape, torch.float32, "cuda", "channels_last", gen)
+    wt = make_tensor((c, 1, 3, 3), torch.float32, "cuda", "contiguous", gen)
+    b = make_tensor((c,), torch.float32, "cuda", gen=gen)
+    names = kernels_run(lambda: ops.depthwise_conv2d(x, wt, b, [2, 2], [pad, pad], [1, 1]))
+    assert any(ROWS_KERNEL in n for n in names), names
+    out = ops.depthwise_conv2d(x, wt, b, [2, 2], [pad, pad], [1, 1])
+    check(out, reference(x, wt, b, 2, pad, "identity"), torch.float32, f"{shape} p={pad}")
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+def test_float32_stride2_3x3_forward_by_rows_applies_the_fused_activation(activation, gen):
+    c = 40
+    x = make_tensor((3, c, 29, 21), torch.float32, "cuda", "channels_last", gen)
+    wt = make_tensor((c, 1, 3, 3), torch.float32, "cuda", "contiguous", gen)
+    b = make_tensor((c,), torch.float32, "cuda", gen=gen)
+    run = lambda: ops.conv2d_fused(x, wt, b, [2, 2], [1, 1], [1, 1], c, activation, None)
+    assert any(ROWS_KERNEL in n for n in kernels_run(run))
+    check(run(), reference(x, wt, b, 2, 1, activation), torch.float32, activation)
+
+
+@pytest.mark.parametrize("case", ["weight-offset", "bias-offset", "float16", "stride-1", "window-5"])
+def test_float32_stride2_3x3_forward_by_rows_declines_to_the_tiled_kernel(case, gen):
+    # A weight or bias off 16 bytes, other dtypes, strides and windows: the
+    # tiled kernel, the same results.
+    dtype = torch.float16 if case == "float16" else torch.float32
+    c, k = 32, 5 if case == "window-5" else 3
+    stride = 1 if case == "stride-1" else 2
+    x = make_tensor((2, c, 20, 20), dtype, "cuda", "channels_last", gen)
+    wt = make_tensor((c * k * k + 1,), dtype, "cuda", gen=gen)
+    wt = wt[1:] if case == "weight-offset" else wt[:-1]
+    wt = wt.view(c, 1, k, k)
+    b = make_tensor((c + 1,), dtype, "cuda", gen=gen)
+    b = b[1:] if case == "bias-offset" else b[:-1]
+    run = lambda: ops.depthwise_conv2d(x, wt, b, [stride, stride], [1, 1], [1, 1])
+    names = kernels_run(run)
+    assert not any(ROWS_KERNEL in n for n in names), names
+    assert any("depthwise_channels_last_kernel" in n for n in names), names
+    check(run(), reference(x, wt, b, stride, 1, "identity"), dtype, case)
+
+
+def test_float32_stride2_3x3_forward_by_rows_runs_in_a_cuda_graph(gen):
+    x = make_tensor((4, 96, 56, 56), torch.float32, "cuda", "channels_last", gen)
+    wt = make_tensor((96, 1, 3, 3), torch.float32, "cuda", "contiguous", gen)
+    (out,), _graph = capture_and_replay(
+        lambda: (ops.depthwise_conv2d(x, wt, None, [2, 2], [1, 1], [1, 1]),), [x], gen)
+    check(out, reference(x, wt, None, 2, 1, "identity"), torch.float32, "graph")
