@@ -20,7 +20,7 @@ namespace customconv {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr int kLanes = 4;    // channels a thread computes
+constexpr int kLanes = 4;  // channels a thread computes
 constexpr int kTaps = 9;
 
 struct RowsGeometry {
@@ -54,8 +54,8 @@ __device__ __forceinline__ void fma4(float4& acc, float4 v, float4 x) {
 template <int Rows>
 __global__ void __launch_bounds__(kBlock)
     depthwise_rows_kernel(const float* __restrict__ in, const float* __restrict__ wt,
-                          const float* __restrict__ bias, float* __restrict__ out,
-                          RowsGeometry g, Activation act) {
+                          const float* __restrict__ bias, float* __restrict__ out, RowsGeometry g,
+                          Activation act) {
   constexpr int K = 3;
   const int idx = blockIdx.x * kBlock + threadIdx.x;
   if (idx >= g.ow * g.quads) return;
@@ -149,23 +149,28 @@ void launch(const float* in, const float* wt, const float* bias, float* out, con
             Activation act, int64_t images, int64_t threads) {
   const dim3 grid(unsigned((threads + kBlock - 1) / kBlock), unsigned((g.oh + Rows - 1) / Rows),
                   unsigned(images));
-  depthwise_rows_kernel<Rows><<<grid, kBlock, 0, at::cuda::getCurrentCUDAStream()>>>(in, wt, bias, out,
-                                                                                      g, act);
+  depthwise_rows_kernel<Rows>
+      <<<grid, kBlock, 0, at::cuda::getCurrentCUDAStream()>>>(in, wt, bias, out, g, act);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace
 
 bool depthwise_rows_channels_last_cuda(const at::Tensor& image, const at::Tensor& weight,
-                                       const at::Tensor& bias, const at::Tensor& result,
-                                       int pad_h, int pad_w, Activation act) {
+                                       const at::Tensor& bias, const at::Tensor& result, int pad_h,
+                                       int pad_w, Activation act) {
   if (image.scalar_type() != at::kFloat || image.size(1) % kLanes != 0 ||
       reinterpret_cast<uintptr_t>(weight.const_data_ptr()) % 16 != 0 ||
       (bias.defined() && reinterpret_cast<uintptr_t>(bias.const_data_ptr()) % 16 != 0)) {
     return false;
   }
-  const RowsGeometry g{int(image.size(1)), int(image.size(2)), int(image.size(3)),
-                       int(result.size(2)), int(result.size(3)), pad_h, pad_w,
+  const RowsGeometry g{int(image.size(1)),
+                       int(image.size(2)),
+                       int(image.size(3)),
+                       int(result.size(2)),
+                       int(result.size(3)),
+                       pad_h,
+                       pad_w,
                        int(image.size(1)) / kLanes};
   const int rows = rows_for(g, image.size(0), image.get_device());
   const int64_t threads = int64_t(g.ow) * g.quads;
@@ -178,9 +183,15 @@ bool depthwise_rows_channels_last_cuda(const at::Tensor& image, const at::Tensor
   const float* b = bias.defined() ? bias.const_data_ptr<float>() : nullptr;
   float* out = result.mutable_data_ptr<float>();
   switch (rows) {
-    case 8: launch<8>(in, wt, b, out, g, act, image.size(0), threads); break;
-    case 4: launch<4>(in, wt, b, out, g, act, image.size(0), threads); break;
-    default: launch<2>(in, wt, b, out, g, act, image.size(0), threads); break;
+    case 8:
+      launch<8>(in, wt, b, out, g, act, image.size(0), threads);
+      break;
+    case 4:
+      launch<4>(in, wt, b, out, g, act, image.size(0), threads);
+      break;
+    default:
+      launch<2>(in, wt, b, out, g, act, image.size(0), threads);
+      break;
   }
   return true;
 }
