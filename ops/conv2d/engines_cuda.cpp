@@ -10,6 +10,7 @@
 #include "ops/conv2d/implicit_gemm.h"
 #include "ops/conv2d/pointwise_fused_lt.h"
 #include "ops/conv2d/pointwise_gemm.h"
+#include "ops/conv2d/pointwise_tf32_channels_last.h"
 #include "ops/conv2d/pointwise_tf32_nchw.h"
 #include "ops/conv2d/stem_direct.h"
 #include "ops/conv2d/strided_pointwise.h"
@@ -37,6 +38,10 @@ namespace {
 // cuBLAS, where the engine measured slower: ResNet-50's at N=32 (2^30.6 to
 // 2^31.6 multiply-adds) 1.3-1.8x.
 constexpr int64_t kSmallPointwiseMacs = int64_t(1) << 26;
+
+bool large_pointwise(const Conv2dShape<int64_t>& s) {
+  return s.in.n * s.oh * s.ow * s.k * s.in.c / std::max<int64_t>(s.groups, 1) > kSmallPointwiseMacs;
+}
 
 constexpr int64_t kPerImagePointwiseMaxWeight = int64_t(1) << 19;
 
@@ -183,6 +188,9 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
   // Float32 NCHW pointwise layers in TF32: one CUTLASS launch, less host
   // time than cuBLAS's TF32 product (pointwise_tf32_nchw.h).
   if (auto out = pointwise_conv2d_nchw_tf32_cuda(input, weight, bias, s)) return out;
+  if (large_pointwise(s)) {
+    if (auto out = pointwise_conv2d_channels_last_tf32_cuda(input, weight, bias, s)) return out;
+  }
 #endif
   if (per_image_pointwise_forward(input, s)) {
     if (auto out = pointwise_conv2d_nchw(batched_gemm_cuda, input, weight, bias, s)) return out;
@@ -224,10 +232,18 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
   return std::nullopt;
 }
 
+// Channels_last pointwise forwards that the engine takes before the
+// pointwise GEMM: the small ones, and the large ones of the TF32 GEMM
+// (pointwise_tf32_channels_last.h).
 bool cuda_small_pointwise(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  if (!s.win.pointwise()) return false;
+  if (!large_pointwise(s)) return true;
+#ifdef CUSTOMCONV_WITH_CUTLASS
+  return pointwise_tf32_channels_last_takes(input, s);
+#else
   (void)input;
-  return s.win.pointwise() && s.in.n * s.oh * s.ow * s.k * s.in.c / std::max<int64_t>(s.groups, 1) <=
-                                  kSmallPointwiseMacs;
+  return false;
+#endif
 }
 
 std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
