@@ -1,8 +1,14 @@
+#include "ops/conv2d/pointwise_tf32_channels_last.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+
+#include <cstdint>
+#include <limits>
+
 #include <cutlass/cutlass.h>
 #include <cutlass/device_kernel.h>
 #include <cutlass/epilogue/thread/linear_combination.h>
@@ -10,12 +16,8 @@
 #include <cutlass/gemm/kernel/default_gemm_universal.h>
 #include <cutlass/gemm/threadblock/threadblock_swizzle.h>
 
-#include <cstdint>
-#include <limits>
-
 #include "ops/common/kernel_fit.h"
 #include "ops/common/launch.h"
-#include "ops/conv2d/pointwise_tf32_channels_last.h"
 
 namespace customconv {
 namespace {
