@@ -1,5 +1,3 @@
-#include "ops/conv2d/pointwise_tf32_channels_last.h"
-
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -9,15 +7,9 @@
 #include <cstdint>
 #include <limits>
 
-#include <cutlass/cutlass.h>
-#include <cutlass/device_kernel.h>
-#include <cutlass/epilogue/thread/linear_combination.h>
-#include <cutlass/gemm/gemm.h>
-#include <cutlass/gemm/kernel/default_gemm_universal.h>
-#include <cutlass/gemm/threadblock/threadblock_swizzle.h>
-
-#include "ops/common/kernel_fit.h"
 #include "ops/common/launch.h"
+#include "ops/conv2d/pointwise_tf32_channels_last.h"
+#include "ops/conv2d/tf32_gemm.cuh"
 
 namespace customconv {
 namespace {
@@ -29,49 +21,26 @@ using ColumnMajor = cutlass::layout::ColumnMajor;
 // The GEMM (M, N, K) = (positions N*H*W, output channels, input channels): A
 // the input's rows (positions x C, row-major), B the weight read as its
 // transpose (C x K, column-major: each output channel's C weights
-// contiguous), D the result's rows (positions x K). A block computes a Tile::M
-// x Tile::N block of the result with (Tile / Warp) warps, each a Warp tile of
-// 16 x 8 x 8 TF32 mma.sync instructions, the next Stages - 1 reduction steps
-// of 16 channels in flight with cp.async; the epilogue adds the bias (C's row
-// stride 0) or nothing (beta 0).
-template <typename Tile, typename Warp, int Stages>
-using Tf32Gemm = typename cutlass::gemm::kernel::DefaultGemmUniversal<
-    float, RowMajor, cutlass::ComplexTransform::kNone, 4, float, ColumnMajor,
-    cutlass::ComplexTransform::kNone, 4, float, RowMajor, float, cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80, Tile, Warp, GemmShape<16, 8, 8>,
-    cutlass::epilogue::thread::LinearCombination<float, 4, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>, Stages,
-    cutlass::arch::OpMultiplyAdd>::GemmKernel;
-
+// contiguous), D the result's rows (positions x K) (tf32_gemm.cuh); the
+// epilogue adds the bias (C's row stride 0) or nothing (beta 0).
 // 128 x 128 blocks; 128 x 64 where the output channels fill 64-wide tiles
 // better.
-using WideGemm = Tf32Gemm<GemmShape<128, 128, 16>, GemmShape<64, 64, 16>, 4>;
-using NarrowGemm = Tf32Gemm<GemmShape<128, 64, 16>, GemmShape<64, 32, 16>, 5>;
+using WideGemm = Tf32Gemm<ColumnMajor, RowMajor, GemmShape<128, 128, 16>, GemmShape<64, 64, 16>, 4>;
+using NarrowGemm =
+    Tf32Gemm<ColumnMajor, RowMajor, GemmShape<128, 64, 16>, GemmShape<64, 32, 16>, 5>;
 
+// Blocks (position tiles, K tiles, 1).
 template <typename Kernel>
 bool launch(const at::Tensor& input, const at::Tensor& weight, const float* bias,
             const at::Tensor& out, int positions, int k, int c) {
-  constexpr int kThreads = Kernel::kThreadCount;
-  constexpr int kShared = int(sizeof(typename Kernel::SharedStorage));
-  static CachedKernelFit fit(reinterpret_cast<const void*>(&cutlass::Kernel2<Kernel>),
-                             KernelNeeds{80, kThreads, size_t(kShared)});
-  const KernelFit& f = fit.on(input.get_device());
-  if (!f) return false;
   const float beta = bias != nullptr ? 1.0f : 0.0f;
-  typename Kernel::Arguments args(
+  const typename Kernel::Arguments args(
       cutlass::gemm::GemmUniversalMode::kGemm, cutlass::gemm::GemmCoord(positions, k, c), 1,
       {1.0f, beta}, input.const_data_ptr<float>(), weight.const_data_ptr<float>(),
       bias != nullptr ? bias : out.const_data_ptr<float>(), out.mutable_data_ptr<float>(), 0, 0, 0,
       0, typename RowMajor::Stride(c), typename ColumnMajor::Stride(int(weight.stride(0))),
       typename RowMajor::Stride(0), typename RowMajor::Stride(k));
-  if (Kernel::can_implement(args) != cutlass::Status::kSuccess) return false;
-  const typename Kernel::Params params(args, f.sms, f.blocks_per_sm);
-  // Blocks (position tiles, K tiles, 1): CUDA's grid takes at most 65535 in y.
-  const dim3 grid = params.get_grid_dims();
-  if (grid.y > 65535 || grid.z > 65535) return false;
-  cutlass::Kernel2<Kernel><<<grid, kThreads, kShared, at::cuda::getCurrentCUDAStream()>>>(params);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return true;
+  return launch_tf32_gemm<Kernel>(args, input.get_device());
 }
 
 }  // namespace

@@ -1,5 +1,3 @@
-#include "ops/conv2d/pointwise_tf32_nchw.h"
-
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -9,15 +7,9 @@
 #include <cstdint>
 #include <limits>
 
-#include <cutlass/cutlass.h>
-#include <cutlass/device_kernel.h>
-#include <cutlass/epilogue/thread/linear_combination.h>
-#include <cutlass/gemm/gemm.h>
-#include <cutlass/gemm/kernel/default_gemm_universal.h>
-#include <cutlass/gemm/threadblock/threadblock_swizzle.h>
-
-#include "ops/common/kernel_fit.h"
 #include "ops/common/launch.h"
+#include "ops/conv2d/pointwise_tf32_nchw.h"
+#include "ops/conv2d/tf32_gemm.cuh"
 
 namespace customconv {
 namespace {
@@ -28,48 +20,24 @@ using RowMajor = cutlass::layout::RowMajor;
 // One image's product is the GEMM (M, N, K) = (output channels, positions,
 // input channels): A the weight (K x C, row-major), B the image's planes
 // (C x H*W, row-major: positions contiguous), D the result's planes (K x
-// H*W); the images are the batch, A's batch stride 0. A block computes a
-// Tile::M x Tile::N block of one image's result with (Tile / Warp) warps,
-// each a Warp tile of 16 x 8 x 8 TF32 mma.sync instructions, the next
-// Stages - 1 reduction steps of 16 channels in flight with cp.async.
-template <typename Tile, typename Warp, int Stages>
-using Tf32Gemm = typename cutlass::gemm::kernel::DefaultGemmUniversal<
-    float, RowMajor, cutlass::ComplexTransform::kNone, 4, float, RowMajor,
-    cutlass::ComplexTransform::kNone, 4, float, RowMajor, float, cutlass::arch::OpClassTensorOp,
-    cutlass::arch::Sm80, Tile, Warp, GemmShape<16, 8, 8>,
-    cutlass::epilogue::thread::LinearCombination<float, 4, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>, Stages,
-    cutlass::arch::OpMultiplyAdd>::GemmKernel;
-
+// H*W); the images are the batch, A's batch stride 0 (tf32_gemm.cuh).
 // 128 x 128 blocks; 64 x 64 where the output channels fill 64-row tiles
 // better (24, 144, 960 channels: MobileNetV2's and EfficientNet's layers).
-using LargeGemm = Tf32Gemm<GemmShape<128, 128, 16>, GemmShape<64, 64, 16>, 4>;
-using SmallGemm = Tf32Gemm<GemmShape<64, 64, 16>, GemmShape<32, 32, 16>, 5>;
+using LargeGemm = Tf32Gemm<RowMajor, RowMajor, GemmShape<128, 128, 16>, GemmShape<64, 64, 16>, 4>;
+using SmallGemm = Tf32Gemm<RowMajor, RowMajor, GemmShape<64, 64, 16>, GemmShape<32, 32, 16>, 5>;
 
+// Blocks (K tiles, position tiles, images): planes of over 65535 tiles of
+// positions decline (CUDA's grid).
 template <typename Kernel>
 bool launch(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out, int n, int k,
             int c, int l) {
-  constexpr int kThreads = Kernel::kThreadCount;
-  constexpr int kShared = int(sizeof(typename Kernel::SharedStorage));
-  static CachedKernelFit fit(reinterpret_cast<const void*>(&cutlass::Kernel2<Kernel>),
-                             KernelNeeds{80, kThreads, size_t(kShared)});
-  const KernelFit& f = fit.on(input.get_device());
-  if (!f) return false;
-  typename Kernel::Arguments args(
+  const typename Kernel::Arguments args(
       cutlass::gemm::GemmUniversalMode::kBatched, cutlass::gemm::GemmCoord(k, l, c), n,
       {1.0f, 0.0f}, weight.const_data_ptr<float>(), input.const_data_ptr<float>(),
       out.const_data_ptr<float>(), out.mutable_data_ptr<float>(), 0, int64_t(c) * l, int64_t(k) * l,
       int64_t(k) * l, typename RowMajor::Stride(int(weight.stride(0))),
       typename RowMajor::Stride(l), typename RowMajor::Stride(l), typename RowMajor::Stride(l));
-  if (Kernel::can_implement(args) != cutlass::Status::kSuccess) return false;
-  const typename Kernel::Params params(args, f.sms, f.blocks_per_sm);
-  // Blocks (K tiles, position tiles, images): CUDA's grid takes at most 65535
-  // in y and z (planes of over 65535 tiles of positions decline).
-  const dim3 grid = params.get_grid_dims();
-  if (grid.y > 65535 || grid.z > 65535) return false;
-  cutlass::Kernel2<Kernel><<<grid, kThreads, kShared, at::cuda::getCurrentCUDAStream()>>>(params);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return true;
+  return launch_tf32_gemm<Kernel>(args, input.get_device());
 }
 
 // The layers this GEMM takes: expanding and square ones (K >= C), and those
