@@ -245,13 +245,15 @@ def test_channels_last_backward_runs_in_a_cuda_graph(gen):
 
 # The float32 3x3 stride-2 forward's kernel by output rows
 # (depthwise_channels_last_rows_cuda.cu): 8, 4 or 2 rows a thread by the
-# call's size, strips cut short by the plane's last rows, every padding.
+# call's size (on a 132-multiprocessor GPU: 8 for 96 channels at 112x112 and
+# N=32, 4 for 144 at 56x56, 2 for the rest), strips cut short by the plane's
+# last rows, every padding.
 ROWS_KERNEL = "depthwise_rows_kernel"
 
 
 @pytest.mark.parametrize("shape", [(1, 4, 1, 1), (2, 8, 2, 3), (3, 12, 17, 9), (2, 44, 40, 3),
-                                   (1, 64, 33, 70), (32, 96, 112, 112), (2, 1152, 14, 14),
-                                   (5, 24, 31, 31)],
+                                   (1, 64, 33, 70), (32, 96, 112, 112), (32, 144, 56, 56),
+                                   (2, 1152, 14, 14), (5, 24, 31, 31)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("pad", [0, 1, 2])
 def test_float32_stride2_3x3_forward_runs_by_rows_and_matches(shape, pad, gen):
