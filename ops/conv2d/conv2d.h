@@ -214,11 +214,12 @@ std::optional<at::Tensor> cuda_conv2d_fused_engine(const at::Tensor& input,
                                                    const Conv2dShape<int64_t>& s,
                                                    const ConvEpilogue& epilogue);
 
-// Whether a pointwise channels_last forward is small enough to be bound by
-// the host (engines_cuda.cpp: at most 2^26 multiply-adds), so that the
-// engine, one launch with the bias in its epilogue, goes before the pointwise
-// GEMM and its separate bias add.
-bool cuda_small_pointwise(const at::Tensor& input, const Conv2dShape<int64_t>& s);
+// Whether the engine, one launch with the bias in its epilogue, goes before
+// the pointwise GEMM and its separate bias add on a pointwise channels_last
+// forward (engines_cuda.cpp): the layers small enough to be bound by the host
+// (at most 2^26 multiply-adds), and the larger float32 ones that the TF32
+// GEMM takes (pointwise_tf32_channels_last.h).
+bool cuda_pointwise_engine_first(const at::Tensor& input, const Conv2dShape<int64_t>& s);
 
 // The input gradient's column route on CUDA takes NCHW layers that the
 // engines decline, such as RGB stems with more than 16 taps. On an H200 the
@@ -231,7 +232,7 @@ inline Conv2dKernels cuda_conv2d_kernels() {
   return {cuda_column_kernels(), &batched_gemm_cuda, &gemm_parallelism_cuda,
           cuda_depthwise_kernels(),
           {&cuda_conv2d_engine, &cuda_conv2d_grad_input_engine, &cuda_conv2d_grad_weight_engine,
-           &cuda_conv2d_fused_engine, &cuda_small_pointwise},
+           &cuda_conv2d_fused_engine, &cuda_pointwise_engine_first},
           /*rotated_weight=*/nullptr,
           /*grad_input_column_bytes=*/kCudaGradInputColumnBytes,
           /*route=*/cuda_column_route_kernels()};

@@ -235,7 +235,7 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
 // Channels_last pointwise forwards that the engine takes before the
 // pointwise GEMM: the small ones, and the large ones of the TF32 GEMM
 // (pointwise_tf32_channels_last.h).
-bool cuda_small_pointwise(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+bool cuda_pointwise_engine_first(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   if (!s.win.pointwise()) return false;
   if (!large_pointwise(s)) return true;
 #ifdef CUSTOMCONV_WITH_CUTLASS
