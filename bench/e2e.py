@@ -69,6 +69,15 @@ import torch.nn.functional as F
 import torchvision
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def shown_path(p: Path) -> str:
+    """p as the results record it: relative to the repository where it lies
+    inside it, so that a results file names no machine's directories."""
+    try:
+        return str(p.resolve().relative_to(REPO))
+    except ValueError:
+        return p.name if p.is_absolute() else str(p)
 try:  # the package on PYTHONPATH, else this repository's (as cpp_demo/make_model.py does)
     import customconv
 except ModuleNotFoundError as e:
@@ -1000,7 +1009,7 @@ def main(argv: List[str]) -> int:
                 settings=", ".join(settings),
                 has_conv2d_fused=hasattr(torch.ops.customconv, "conv2d_fused"),
                 has_fuse=hasattr(customconv, "fuse"),
-                args={k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                args={k: (shown_path(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                 timing=dict(iters=args.iters or (f"sized to ~{d['round_ms']:g} ms a round"
                                                  if d["round_ms"] > 0 else d["min_iters"]),
                             rounds=args.rounds, warmup_calls=d["warmup_calls"],
