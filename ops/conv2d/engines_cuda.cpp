@@ -66,8 +66,16 @@ bool per_image_pointwise_forward(const at::Tensor& input, const Conv2dShape<int6
 // the same kernel) and this route was faster (29.1), but its two more
 // launches cost the host 14-16 us a call, more than the device saved on
 // ResNet-50's other 14x14 layers (1.7 us).
-bool pointwise_forward_through_channels_last(const at::Tensor& input,
-                                             const Conv2dShape<int64_t>& s) {
+// The same layers' gradients go the same way: grad_output (and for the
+// weight's, the input with it, in one launch) changes layout, the
+// channels_last GEMM runs, and the input gradient changes back. Before, the
+// implicit GEMM took them behind the same layout changes. H200, N=32, us
+// (kernels), implicit GEMM / through channels_last (cuDNN's two gradients
+// together): float32 2048 -> 512 at 7x7, grad_weight 87.2 / 32.7,
+// grad_input 37.3 / 31.0 (74.2); 512 -> 2048, 87.5 / 33.1, 43.4 / 27.9
+// (73.7); float16 19.2 / 16.0, 26.0 / 19.3 (43.8) and 21.1 / 15.9, 27.4 /
+// 17.7 (40.2).
+bool pointwise_nchw_through_channels_last(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
   if (s.groups != 1 || !s.win.pointwise() || s.in.n < 2 || input.dim() != 4 ||
       !input.is_contiguous() || input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
     return false;
@@ -83,6 +91,25 @@ std::optional<at::Tensor> pointwise_conv2d_through_channels_last(
   auto out = pointwise_conv2d(batched_gemm_cuda, x, weight, bias, s);
   if (!out) return std::nullopt;
   return to_memory_format(*out, at::MemoryFormat::Contiguous);
+}
+
+std::optional<at::Tensor> pointwise_grad_input_through_channels_last(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    const Conv2dShape<int64_t>& s) {
+  if (conv2d_output_format(input, weight) != at::MemoryFormat::Contiguous) return std::nullopt;
+  const at::Tensor go = to_memory_format(grad_output, at::MemoryFormat::ChannelsLast);
+  auto gi = pointwise_conv2d_grad_input(batched_gemm_cuda, go, weight, s);
+  if (!gi) return std::nullopt;
+  return to_memory_format(*gi, at::MemoryFormat::Contiguous);
+}
+
+// (A 1x1 weight's gradient, (K, C, 1, 1), is NCHW and channels_last at once.)
+std::optional<at::Tensor> pointwise_grad_weight_through_channels_last(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    const Conv2dShape<int64_t>& s) {
+  if (conv2d_output_format(input, weight) != at::MemoryFormat::Contiguous) return std::nullopt;
+  const auto [x, go] = to_channels_last_together(input, grad_output);
+  return pointwise_conv2d_grad_weight(batched_gemm_cuda, go, x, s);
 }
 
 // Strided pointwise layers (strided_pointwise.h: the gathered positions and
@@ -195,7 +222,7 @@ std::optional<at::Tensor> cuda_conv2d_engine(const at::Tensor& input, const at::
   if (per_image_pointwise_forward(input, s)) {
     if (auto out = pointwise_conv2d_nchw(batched_gemm_cuda, input, weight, bias, s)) return out;
   }
-  if (pointwise_forward_through_channels_last(input, s)) {
+  if (pointwise_nchw_through_channels_last(input, s)) {
     if (auto out = pointwise_conv2d_through_channels_last(input, weight, bias, s)) return out;
   }
   if (strided_pointwise_forward(input, s)) {
@@ -305,10 +332,23 @@ std::optional<at::Tensor> cuda_conv2d_grad_input_engine(const at::Tensor& grad_o
 #endif
     return grouped_direct_conv2d_grad_input(grad_output, input, weight, s);
   }
+  if (pointwise_nchw_through_channels_last(input, s)) {
+    if (auto gi = pointwise_grad_input_through_channels_last(grad_output, input, weight, s))
+      return gi;
+  }
   // RGB stems (stem_direct.h): no column buffer.
   if (auto gi = stem_direct_conv2d_grad_input_cuda(grad_output, input, weight, s)) return gi;
+  // Strided pointwise layers: channels_last data on the gathered positions,
+  // NCHW data the same way through channels_last (before: CUTLASS's strided
+  // kernels behind the same layout changes; H200, N=32, us, before / now,
+  // cuDNN's two NCHW gradients together: float32 1024 -> 2048 from 14x14,
+  // grad_input 119.4 / 61.1, grad_weight 101.3 / 61.6 (139.7); 512 -> 1024
+  // from 28x28, 150.8 / 93.4, 129.8 / 84.5 (194.0); float16 65.6 / 38.4,
+  // 41.9 / 31.9 (74.7) and 66.0 / 52.3, 48.3 / 49.4 (114.9)).
   if (strided_pointwise_route(input, s)) {
     auto gi = strided_pointwise_conv2d_grad_input_cuda(grad_output, input, weight, s);
+    if (gi) return gi;
+    gi = strided_pointwise_conv2d_grad_input_nchw_cuda(grad_output, input, weight, s);
     if (gi) return gi;
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS
@@ -381,8 +421,14 @@ std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_
   if (!on_hopper) {
     if (auto gw = dense_mma_conv2d_grad_weight(grad_output, input, weight, s)) return gw;
   }
+  if (pointwise_nchw_through_channels_last(input, s)) {
+    if (auto gw = pointwise_grad_weight_through_channels_last(grad_output, input, weight, s))
+      return gw;
+  }
   if (strided_pointwise_route(input, s)) {
     auto gw = strided_pointwise_conv2d_grad_weight_cuda(grad_output, input, weight, s);
+    if (gw) return gw;
+    gw = strided_pointwise_conv2d_grad_weight_nchw_cuda(grad_output, input, weight, s);
     if (gw) return gw;
   }
 #ifdef CUSTOMCONV_WITH_CUTLASS

@@ -171,10 +171,13 @@ WgradTile wgrad_tile(const at::Tensor& input, const Conv2dShape<int64_t>& s, boo
 
 // Reduction slices for the weight gradient: enough blocks for about `waves`
 // per multiprocessor (2; 64 x 64 tiles 4, 8 in float32, 128 x 64 tiles 1, as
-// measured), each slice at least 1024 positions long, their float32 planes
-// within 48 MiB.
+// measured), each slice at least `min_slice` positions long (1024; a chunk
+// of an NCHW batch's images, wgrad_in_chunks, the chunk's share of that),
+// their float32 planes within 48 MiB.
+constexpr int64_t kMinSlicePositions = 1024;
+
 int wgrad_split_k(const at::Tensor& input, const Conv2dShape<int64_t>& s, int device,
-                  WgradTile tile) {
+                  WgradTile tile, int64_t min_slice) {
   const implicit_gemm::TileRowsCols shape = implicit_gemm::wgrad_tile_shape(tile);
   const int64_t tiles = ((s.k + shape.rows - 1) / shape.rows) *
                         ((s.win.kh * s.win.kw * s.in.c + shape.cols - 1) / shape.cols);
@@ -183,7 +186,7 @@ int wgrad_split_k(const at::Tensor& input, const Conv2dShape<int64_t>& s, int de
                         : tile == WgradTile::kNarrow ? 1
                                                      : 2;
   const int64_t wanted = (waves * int64_t(multiprocessors(device)) + tiles - 1) / tiles;
-  const int64_t by_length = (s.in.n * s.oh * s.ow) / 1024;
+  const int64_t by_length = (s.in.n * s.oh * s.ow) / min_slice;
   const int64_t plane_bytes = s.k * s.win.kh * s.win.kw * s.in.c * 4;
   const int64_t by_memory = (int64_t(48) << 20) / plane_bytes;
   return int(std::max<int64_t>(1, std::min({wanted, by_length, by_memory, int64_t(256)})));
@@ -530,9 +533,10 @@ struct WgradSlices {
   WgradTile tile;
   int split;
 };
-WgradSlices wgrad_slices(const at::Tensor& x, const Conv2dShape<int64_t>& xs) {
+WgradSlices wgrad_slices(const at::Tensor& x, const Conv2dShape<int64_t>& xs,
+                         int64_t min_slice = kMinSlicePositions) {
   const WgradTile tile = wgrad_tile(x, xs, false);
-  return {tile, wgrad_split_k(x, xs, int(x.get_device()), tile)};
+  return {tile, wgrad_split_k(x, xs, int(x.get_device()), tile, min_slice)};
 }
 
 // The weight gradient's problem on prepared operands (x and go channels_last,
@@ -610,10 +614,15 @@ std::optional<at::Tensor> wgrad_in_chunks(const at::Tensor& input, int64_t n, in
   const int64_t chunks = (n + chunk - 1) / chunk;
   const int64_t limit = chunk_partials_limit_bytes(input.device().type());
   const int64_t cap = std::max<int64_t>(1, limit / (plane * 4) / chunks);
+  // A chunk's slices as short as the whole batch's would be in as many
+  // slices (NCHW float32, N=32, two chunks, us of the kernels: 128 channels
+  // 3x3 stride 2 from 56x56, 144.8 -> 126.3; 64 channels 3x3 at 56x56,
+  // 112.6 -> 101.4).
+  const int64_t min_slice = std::max<int64_t>(1, kMinSlicePositions * chunk / n);
   std::vector<WgradSlices> slices;
   int64_t total = 0;
   for (int64_t n0 = 0; n0 < n; n0 += chunk) {
-    WgradSlices sl = wgrad_slices(input, shape(std::min(chunk, n - n0)));
+    WgradSlices sl = wgrad_slices(input, shape(std::min(chunk, n - n0)), min_slice);
     sl.split = int(std::min<int64_t>(sl.split, cap));
     slices.push_back(sl);
     total += sl.split;

@@ -18,6 +18,11 @@
 //                (through_channels_last) gathered channels_last, the
 //                channels_last GEMM, and the result changed back to NCHW
 //                (relayout_cuda.h).
+// and so do the gradients of NCHW data, through channels_last:
+//   grad_input_nchw   grad_output changed to channels_last, grad_input as
+//                     above, the result changed back to NCHW;
+//   grad_weight_nchw  grad_output changed to channels_last, the positions
+//                     gathered channels_last, grad_weight as above.
 // engines_cuda.cpp says where they go first.
 #pragma once
 
@@ -42,6 +47,12 @@ std::optional<at::Tensor> strided_pointwise_conv2d_grad_input_cuda(const at::Ten
                                                                    const at::Tensor& input,
                                                                    const at::Tensor& weight,
                                                                    const Conv2dShape<int64_t>& s);
+std::optional<at::Tensor> strided_pointwise_conv2d_grad_input_nchw_cuda(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    const Conv2dShape<int64_t>& s);
+std::optional<at::Tensor> strided_pointwise_conv2d_grad_weight_nchw_cuda(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    const Conv2dShape<int64_t>& s);
 std::optional<at::Tensor> strided_pointwise_conv2d_grad_weight_cuda(const at::Tensor& grad_output,
                                                                     const at::Tensor& input,
                                                                     const at::Tensor& weight,

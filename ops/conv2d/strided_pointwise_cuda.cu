@@ -235,4 +235,26 @@ std::optional<at::Tensor> strided_pointwise_conv2d_grad_weight_cuda(const at::Te
                                       gather_strided_positions(input, s), subsampled(s));
 }
 
+std::optional<at::Tensor> strided_pointwise_conv2d_grad_input_nchw_cuda(const at::Tensor& grad_output,
+                                                                        const at::Tensor& input,
+                                                                        const at::Tensor& weight,
+                                                                        const Conv2dShape<int64_t>& s) {
+  if (!takes_nchw(input, weight, s)) return std::nullopt;
+  const c10::cuda::CUDAGuard guard(input.device());
+  auto dense = pointwise_conv2d_grad_input(batched_gemm_cuda, to_memory_format(grad_output, kChannelsLast),
+                                           weight, subsampled(s));
+  if (!dense) return std::nullopt;
+  return to_memory_format(spread_strided_positions(*dense, s), at::MemoryFormat::Contiguous);
+}
+
+std::optional<at::Tensor> strided_pointwise_conv2d_grad_weight_nchw_cuda(const at::Tensor& grad_output,
+                                                                         const at::Tensor& input,
+                                                                         const at::Tensor& weight,
+                                                                         const Conv2dShape<int64_t>& s) {
+  if (!takes_nchw(input, weight, s)) return std::nullopt;
+  const c10::cuda::CUDAGuard guard(input.device());
+  return pointwise_conv2d_grad_weight(batched_gemm_cuda, to_memory_format(grad_output, kChannelsLast),
+                                      gather_strided_positions(input, s), subsampled(s));
+}
+
 }  // namespace customconv

@@ -2,14 +2,16 @@
 layers on planes of 7x7 positions and more whose weight has at most 2^19
 elements run as per-image GEMMs in place; other layers of several images on
 planes under 128 positions go through channels_last (a layout change each way around the channels_last
-GEMM). Each runs its route and matches float64: float32 exactly or within
-TF32's rounding with TF32 on, 16-bit within its rounding; results are NCHW."""
+GEMM), and so do those layers' gradients. Each runs its route and matches
+float64: float32 exactly or within TF32's rounding with TF32 on, 16-bit
+within its rounding; results are NCHW."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import TF32_ROUNDOFF, assert_float32_conv2d_matches, assert_matches, make_tensor, ops
+from testlib import (TF32_ROUNDOFF, assert_float32_conv2d_matches, assert_matches, make_tensor, ops,
+                     run_profiled_cuda)
 
 pytestmark = pytest.mark.cuda
 
@@ -110,3 +112,59 @@ def test_one_image_nchw_pointwise_gradients_match_float64(dtype, groups, gen):
     tol = 1e-2 if dtype == torch.float16 else 4 * TF32_ROUNDOFF  # (TF32 as PyTorch's default allows)
     for got, want in ((gi, want_gi), (gw, want_gw)):
         torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * float(want.abs().max()))
+
+
+def gradients_and_bounds(go, x, w, stride=1):
+    """grad_input and grad_weight of F.conv2d in float64, and the same on
+    absolute values (each element's sum of |terms|)."""
+    out = []
+    for f in (lambda t: t.double(), lambda t: t.double().abs()):
+        x64, w64 = f(x).requires_grad_(), f(w).requires_grad_()
+        out.append(torch.autograd.grad(F.conv2d(x64, w64, None, stride), (x64, w64), f(go)))
+    return out
+
+
+def assert_gradients_match(gi, gw, go, x, w, dtype, tf32, ctx, stride=1):
+    (want_gi, want_gw), (bound_gi, bound_gw) = gradients_and_bounds(go, x, w, stride)
+    k, c = w.shape[:2]
+    positions = go.shape[0] * go.shape[2] * go.shape[3]
+    for got, want, bound, reduction, what in ((gi, want_gi, bound_gi, k, "grad_input"),
+                                              (gw, want_gw, bound_gw, positions, "grad_weight")):
+        if dtype == torch.float32 and tf32:
+            err = (got.double() - want).abs()
+            assert bool((err <= 4 * TF32_ROUNDOFF * bound + 1e-30).all()), f"{ctx} {what}: {err.max()}"
+        else:
+            assert_matches(got, want.cpu(), bound.cpu(), dtype, reduction, what, ctx, device="cuda")
+
+
+# (images, input channels, output channels, plane): NCHW layers of several
+# images on planes under 128 positions, whose gradients go through
+# channels_last like their forward: grad_output (with the input, for the
+# weight's) changes layout, the channels_last GEMM runs, the input gradient
+# changes back. ResNet-50's 7x7 layers scaled down, and odd planes.
+GRAD_CASES = [
+    (4, 256, 64, (7, 7)),
+    (3, 64, 256, (7, 7)),
+    (5, 40, 24, (9, 11)),
+]
+
+
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, False), (torch.float32, True),
+                                        (torch.float16, None), (torch.bfloat16, None)],
+                         ids=["f32", "tf32", "f16", "bf16"])
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: f"n{c[0]}-{c[1]}to{c[2]}-{c[3][0]}x{c[3][1]}")
+def test_nchw_pointwise_gradients_go_through_channels_last(case, dtype, tf32, gen):
+    n, c, k, (h, w_) = case
+    x = make_tensor((n, c, h, w_), dtype, "cuda", gen=gen)
+    w = make_tensor((k, c, 1, 1), dtype, "cuda", gen=gen)
+    go = make_tensor((n, k, h, w_), dtype, "cuda", gen=gen)
+    args = ([1, 1], [0, 0], [1, 1], 1)
+    (gi, gw), names = run_profiled_cuda(
+        lambda: (ops.conv2d_grad_input(go, x, w, *args), ops.conv2d_grad_weight(go, x, w, *args)), tf32)
+    ctx = f"case={case} {dtype} tf32={tf32}"
+    assert gi.shape == x.shape and gi.is_contiguous() and gw.shape == w.shape and gw.is_contiguous(), ctx
+    if names:  # none under compute-sanitizer
+        text = " ".join(names)
+        assert "batched_transpose" in text and "ImplicitGemmConvolution" not in text, (ctx, names)
+        assert "im2col" not in text and "copy_rows" not in text, (ctx, names)
+    assert_gradients_match(gi, gw, go, x, w, dtype, tf32, ctx)

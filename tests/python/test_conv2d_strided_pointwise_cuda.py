@@ -145,3 +145,39 @@ def test_strided_pointwise_nchw_forward_takes_its_route_and_matches_float64(dtyp
         assert ("batched_transpose" in names) == relaid, (ctx, names)
     bound = F.conv2d(x.double().abs(), w.double().abs(), None if b is None else b.double().abs(), stride)
     assert_matches(got, want.cpu(), bound.cpu(), dtype, c, "output", ctx, device="cuda")
+
+
+@pytest.mark.parametrize("layer", [pytest.param((4, 512, 1024, 14, 14, (2, 2)), id="512to1024-14-s2"),
+                                   pytest.param((6, 512, 1024, 15, 13, (3, 2)), id="512to1024-15x13-s3x2")])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_pointwise_nchw_gradients_go_through_channels_last(dtype, layer, gen):
+    # NCHW gradients of the layers the route takes: grad_output changes
+    # layout (by the transpose kernel, which moves 2- and 4-byte elements),
+    # the channels_last route runs, the input gradient changes back; neither
+    # CUTLASS kernel runs. Against float64, zero off the stride.
+    n, c, k, h, w_, stride = layer
+    x = make_tensor((n, c, h, w_), dtype, "cuda", gen=gen)
+    w = make_tensor((k, c, 1, 1), dtype, "cuda", gen=gen)
+    oh, ow = (h - 1) // stride[0] + 1, (w_ - 1) // stride[1] + 1
+    go = make_tensor((n, k, oh, ow), dtype, "cuda", gen=gen)
+    args = (list(stride), [0, 0], [1, 1], 1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        gi = ops.conv2d_grad_input(go, x, w, *args)
+        gw = ops.conv2d_grad_weight(go, x, w, *args)
+        torch.cuda.synchronize()
+    names = " ".join(e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    ctx = f"{dtype} {layer}"
+    assert gi.shape == x.shape and gi.is_contiguous() and gw.shape == w.shape and gw.is_contiguous(), ctx
+    if names:  # none under compute-sanitizer
+        assert ("batched_transpose" in names) == (dtype != torch.float64), (ctx, names)
+        assert "StridedDgrad" not in names and "ImplicitGemmConvolution" not in names, (ctx, names)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    want = torch.autograd.grad(F.conv2d(x64, w64, None, stride), (x64, w64), go.double())
+    xa, wa = x.double().abs().requires_grad_(), w.double().abs().requires_grad_()
+    bound = torch.autograd.grad(F.conv2d(xa, wa, None, stride), (xa, wa), go.double().abs())
+    for got, want_, bound_, reduction, what in ((gi, want[0], bound[0], k, "grad_input"),
+                                                (gw, want[1], bound[1], n * oh * ow, "grad_weight")):
+        assert_matches(got, want_.cpu(), bound_.cpu(), dtype, reduction, what, ctx, device="cuda")
+    mask = torch.ones(h, w_, dtype=torch.bool, device="cuda")
+    mask[::stride[0], ::stride[1]] = False
+    assert gi[:, :, mask].abs().max().item() == 0.0, ctx
