@@ -137,7 +137,6 @@ __global__ void __launch_bounds__(kGwThreads, K < 7 ? 2 : 1)
                                float* __restrict__ part, Geometry g, int64_t segments,
                                int64_t chunk) {
   constexpr int kTaps = K * K + 1;
-  constexpr int kSpan = (kSeg - 1) * S + K;
   // At most 26 taps' sums at a time in shared memory (26.6 KB): 7x7 windows
   // take two rounds.
   constexpr int kGroup = kTaps < 26 ? kTaps : 26;

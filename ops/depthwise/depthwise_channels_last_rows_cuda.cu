@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "ops/common/launch.h"
 #include "ops/depthwise/depthwise_channels_last_cuda.h"
 
 namespace customconv {
@@ -159,9 +160,8 @@ void launch(const float* in, const float* wt, const float* bias, float* out, con
 bool depthwise_rows_channels_last_cuda(const at::Tensor& image, const at::Tensor& weight,
                                        const at::Tensor& bias, const at::Tensor& result, int pad_h,
                                        int pad_w, Activation act) {
-  if (image.scalar_type() != at::kFloat || image.size(1) % kLanes != 0 ||
-      reinterpret_cast<uintptr_t>(weight.const_data_ptr()) % 16 != 0 ||
-      (bias.defined() && reinterpret_cast<uintptr_t>(bias.const_data_ptr()) % 16 != 0)) {
+  if (image.scalar_type() != at::kFloat || image.size(1) % kLanes != 0 || !aligned16(weight) ||
+      (bias.defined() && !aligned16(bias))) {
     return false;
   }
   const RowsGeometry g{int(image.size(1)),
