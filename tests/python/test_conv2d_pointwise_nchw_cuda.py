@@ -168,3 +168,20 @@ def test_nchw_pointwise_gradients_go_through_channels_last(case, dtype, tf32, ge
         assert "batched_transpose" in text and "ImplicitGemmConvolution" not in text, (ctx, names)
         assert "im2col" not in text and "copy_rows" not in text, (ctx, names)
     assert_gradients_match(gi, gw, go, x, w, dtype, tf32, ctx)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
+def test_nchw_pointwise_gradients_through_channels_last_take_any_grad_output(dtype, gen):
+    # grad_output as autograd hands it over from a sum (one value expanded
+    # over every element) and as a channels_last tensor: the route changes
+    # its layout like any other (results NCHW, as the input's).
+    x = make_tensor((4, 96, 7, 7), dtype, "cuda", gen=gen)
+    w = make_tensor((64, 96, 1, 1), dtype, "cuda", gen=gen)
+    args = ([1, 1], [0, 0], [1, 1], 1)
+    for go in (make_tensor((1, 1, 1, 1), dtype, "cuda", gen=gen).expand(4, 64, 7, 7),
+               make_tensor((4, 64, 7, 7), dtype, "cuda", "channels_last", gen)):
+        gi = ops.conv2d_grad_input(go, x, w, *args)
+        gw = ops.conv2d_grad_weight(go, x, w, *args)
+        ctx = f"{dtype} grad_output strides {go.stride()}"
+        assert gi.is_contiguous() and gw.is_contiguous(), ctx
+        assert_gradients_match(gi, gw, go, x, w, dtype, False, ctx)
