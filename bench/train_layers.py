@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python_stub"))
 import customconv  # noqa: E402
 from e2e import make_base  # noqa: E402
+from model_breakdown import train_step  # noqa: E402
 
 # Operator -> the pass it times, and where its input and weight are among its arguments.
 OPS = {
@@ -37,16 +38,6 @@ OPS = {
     "customconv::conv2d_grad_input": ("gi", 1, 2),
     "customconv::conv2d_grad_weight": ("gw", 1, 2),
 }
-
-
-def train_step(model, labels):
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-
-    def step(x):
-        opt.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(x), labels).backward()
-        opt.step()
-    return step
 
 
 def per_layer(step, x, reps):
