@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import (TF32_ROUNDOFF, assert_float32_conv2d_matches, assert_matches, make_tensor, ops,
-                     run_profiled_cuda)
+from testlib import (TF32_ROUNDOFF, assert_float32_conv2d_matches, assert_matches,
+                     conv2d_gradients_and_bounds, make_tensor, ops, run_profiled_cuda)
 
 pytestmark = pytest.mark.cuda
 
@@ -114,18 +114,8 @@ def test_one_image_nchw_pointwise_gradients_match_float64(dtype, groups, gen):
         torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * float(want.abs().max()))
 
 
-def gradients_and_bounds(go, x, w, stride=1):
-    """grad_input and grad_weight of F.conv2d in float64, and the same on
-    absolute values (each element's sum of |terms|)."""
-    out = []
-    for f in (lambda t: t.double(), lambda t: t.double().abs()):
-        x64, w64 = f(x).requires_grad_(), f(w).requires_grad_()
-        out.append(torch.autograd.grad(F.conv2d(x64, w64, None, stride), (x64, w64), f(go)))
-    return out
-
-
 def assert_gradients_match(gi, gw, go, x, w, dtype, tf32, ctx, stride=1):
-    (want_gi, want_gw), (bound_gi, bound_gw) = gradients_and_bounds(go, x, w, stride)
+    (want_gi, want_gw), (bound_gi, bound_gw) = conv2d_gradients_and_bounds(go, x, w, stride)
     k, c = w.shape[:2]
     positions = go.shape[0] * go.shape[2] * go.shape[3]
     for got, want, bound, reduction, what in ((gi, want_gi, bound_gi, k, "grad_input"),

@@ -16,8 +16,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import (ConvConfig, assert_matches, check_conv_case, conv2d_call, cuda, kernels_launched,
-                     make_tensor, ops)
+from testlib import (ConvConfig, assert_matches, check_conv_case, conv2d_call, conv2d_gradients_and_bounds,
+                     cuda, kernels_launched, make_tensor, ops)
 
 pytestmark = cuda
 
@@ -171,10 +171,7 @@ def test_strided_pointwise_nchw_gradients_go_through_channels_last(dtype, layer,
     if names:  # none under compute-sanitizer
         assert ("batched_transpose" in names) == (dtype != torch.float64), (ctx, names)
         assert "StridedDgrad" not in names and "ImplicitGemmConvolution" not in names, (ctx, names)
-    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
-    want = torch.autograd.grad(F.conv2d(x64, w64, None, stride), (x64, w64), go.double())
-    xa, wa = x.double().abs().requires_grad_(), w.double().abs().requires_grad_()
-    bound = torch.autograd.grad(F.conv2d(xa, wa, None, stride), (xa, wa), go.double().abs())
+    want, bound = conv2d_gradients_and_bounds(go, x, w, stride)
     for got, want_, bound_, reduction, what in ((gi, want[0], bound[0], k, "grad_input"),
                                                 (gw, want[1], bound[1], n * oh * ow, "grad_weight")):
         assert_matches(got, want_.cpu(), bound_.cpu(), dtype, reduction, what, ctx, device="cuda")

@@ -306,6 +306,17 @@ def assert_exact(actual: torch.Tensor, expected: torch.Tensor, what: str, ctx: s
 TF32_ROUNDOFF = 2.0 ** -11
 
 
+def conv2d_gradients_and_bounds(go, x, w, stride=1):
+    """F.conv2d's grad_input and grad_weight for grad_output `go`, in float64,
+    and the same on absolute values (each element's sum of |terms|, the
+    bound assert_matches takes): ((gi, gw), (gi_bound, gw_bound))."""
+    out = []
+    for f in (lambda t: t.double(), lambda t: t.double().abs()):
+        x64, w64 = f(x).requires_grad_(), f(w).requires_grad_()
+        out.append(torch.autograd.grad(torch.nn.functional.conv2d(x64, w64, None, stride), (x64, w64), f(go)))
+    return tuple(out)
+
+
 def assert_float32_conv2d_matches(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
                                   b: Optional[torch.Tensor], tf32: bool, ctx: str) -> None:
     """A float32 conv2d result (stride 1, no padding, one group: the pointwise
