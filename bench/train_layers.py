@@ -4,7 +4,10 @@ optimizer step), eager PyTorch against customconv.convert(model), in the
 model, as it trains:
 
     python3 bench/train_layers.py [--model resnet50] [--layouts nchw,channels_last]
-        [--batch 32] [--reps 5]
+        [--batch 32] [--reps 5] [--inference [--dtype float16]]
+
+With --inference it times an inference forward (eval mode, no autograd) in
+--dtype instead, so only the forward columns are filled.
 
 Each convolution's kernels are summed under the operator that launched them
 (torch.profiler, CUDA activity, input shapes recorded): PyTorch's
@@ -40,6 +43,14 @@ OPS = {
 }
 
 
+def inference(model):
+    """An inference forward of `model`, as a callable of the input."""
+    def step(x):
+        with torch.inference_mode():
+            model(x)
+    return step
+
+
 def per_layer(step, x, reps):
     """{(input shape, weight shape): {pass: us a step, "n": layers}}, and all
     kernels' us a step."""
@@ -65,9 +76,9 @@ def per_layer(step, x, reps):
     return layers, total
 
 
-def report(model_name, layout, eager, ours):
+def report(model_name, what, layout, eager, ours):
     (e, e_total), (o, o_total) = eager, ours
-    print(f"\n### {model_name} float32 training step, {layout}: all kernels eager "
+    print(f"\n### {model_name} {what}, {layout}: all kernels eager "
           f"{e_total / 1000:.3f} ms, converted {o_total / 1000:.3f} ms a step\n")
     print("| input | weight | layers | forward eager / ours | backward eager / ours (grad_input, grad_weight) |")
     print("|---|---|---:|---:|---:|")
@@ -89,7 +100,12 @@ def main(argv):
     p.add_argument("--layouts", default="nchw,channels_last")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--inference", action="store_true", help="an inference forward instead of a training step")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                   help="the data type of --inference (training steps are float32)")
     a = p.parse_args(argv)
+    if a.dtype != "float32" and not a.inference:
+        p.error("--dtype applies to --inference only")
     if not torch.cuda.is_available():
         sys.exit("train_layers.py needs a CUDA device")
     print(f"{a.model}, N={a.batch}, 224x224, on {torch.cuda.get_device_name()}; "
@@ -98,12 +114,15 @@ def main(argv):
     labels = torch.randint(0, 1000, (a.batch,), device="cuda")
     for layout in a.layouts.split(","):
         fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
-        x = torch.randn(a.batch, 3, 224, 224, device="cuda").contiguous(memory_format=fmt)
+        dtype = getattr(torch, a.dtype)
+        x = torch.randn(a.batch, 3, 224, 224, device="cuda", dtype=dtype).contiguous(memory_format=fmt)
         runs = []
         for model in (copy.deepcopy(base), customconv.convert(copy.deepcopy(base))):
-            model = model.to("cuda").to(memory_format=fmt).train()
-            runs.append(per_layer(train_step(model, labels), x, a.reps))
-        report(a.model, layout, *runs)
+            model = model.to("cuda", dtype).to(memory_format=fmt)
+            step = inference(model.eval()) if a.inference else train_step(model.train(), labels)
+            runs.append(per_layer(step, x, a.reps))
+        what = f"{a.dtype} inference" if a.inference else "float32 training step"
+        report(a.model, what, layout, *runs)
 
 
 if __name__ == "__main__":
