@@ -84,24 +84,32 @@ StridedBatchedGemmFn strided_batched_gemm() {
   return fn;
 }
 
-// Whether a product runs with no cuBLAS workspace: 16-bit products whose
-// reduction is no longer than their longer output side (forwards and input
-// gradients of pointwise layers, per-image products of NCHW routes). With
-// PyTorch's workspace set, cuBLAS picks for them kernels that need 4 bytes of
-// it, zeroed by a memset before each launch; without it, the same tiles in a
+// Whether a product runs with no cuBLAS workspace: products (c = a b, c of
+// m x n, a reduction of k) whose reduction is no longer than their longer
+// output side (forwards and input gradients of pointwise layers, per-image
+// products of NCHW routes), in 16-bit, and in float32 as TF32 where the output
+// is at most 64 columns wide over 2^16 rows or more. Long reductions (weight
+// gradients over positions) keep the workspace, which their split-K kernels
+// need: without it 19 such 16-bit weight gradients took 2926 us instead of 259.
+// 16-bit: with PyTorch's workspace set, cuBLAS picks kernels that need 4 bytes
+// of it, zeroed by a memset before each launch; without it, the same tiles in a
 // variant that needs none, as cuDNN runs them. H200, N=32, 1x1 layers of
-// ResNet-50 and MobileNetV2 in float16, channels_last, device us, with the
-// workspace / without (cuDNN): 64 -> 256 at 56x56 forward 21.3 / 18.1 (18.4),
-// 128 -> 512 at 28x28 12.6 / 10.4 (10.7), 512 -> 128 input gradient 12.5 /
-// 10.5 (10.7); 19 layers' forwards 225.7 / 214.1 (217.1), input gradients
-// 229.4 / 217.8 (235.5), none slower. Long reductions (weight gradients over
-// positions) keep the workspace, which their split-K kernels need: without it
-// the same 19 weight gradients took 2926 us instead of 259. Float32 (TF32)
-// products keep it too: without it their forwards took 561 us instead of 467.
-// PyTorch sets its workspace again each time it hands out the handle
-// (getCurrentCUDABlasHandle), so the next caller has it back.
-bool without_workspace(cudaDataType_t type, int64_t m, int64_t n, int64_t k) {
-  return (type == CUDA_R_16F || type == CUDA_R_16BF) && k <= std::max(m, n);
+// ResNet-50 and MobileNetV2, channels_last, device us, with the workspace /
+// without (cuDNN), float16: 64 -> 256 at 56x56 forward 21.3 / 18.1 (18.4), 128
+// -> 512 at 28x28 12.6 / 10.4 (10.7), 512 -> 128 input gradient 12.5 / 10.5
+// (10.7); 19 layers' forwards 225.7 / 214.1 (217.1), input gradients 229.4 /
+// 217.8 (235.5), none slower. Float32 (TF32): cuBLAS picks other kernels
+// without the workspace, faster for narrow outputs over many positions (input
+// gradients of 64 -> 256 at 56x56 45.5 / 36.7 (36.7), 16 -> 96 at 112x112 81.4
+// / 60.4 (81.4), 24 -> 144 at 56x56 29.9 / 24.6 (25.0)) and slower for wide
+// ones (the 19 forwards 467 / 561 (477); 512 -> 2048 at 7x7 input gradient
+// 17.4 / 29.8). PyTorch sets its workspace again each time it hands out the
+// handle (getCurrentCUDABlasHandle), so the next caller has it back.
+bool without_workspace(cudaDataType_t type, cublasComputeType_t compute, int64_t m, int64_t n,
+                       int64_t k) {
+  if (k > std::max(m, n)) return false;
+  if (type == CUDA_R_16F || type == CUDA_R_16BF) return true;
+  return compute == CUBLAS_COMPUTE_32F_FAST_TF32 && n <= 64 && m >= (int64_t(1) << 16);
 }
 
 using SetWorkspaceFn = decltype(&cublasSetWorkspace_v2);
@@ -229,7 +237,7 @@ void batched_gemm_cuda(const at::Tensor& a_arg, const at::Tensor& b_arg, const a
       lt_batched_gemm(a, oa, b, ob, c, ldc, c_batch_stride, batch, m, n, k, compute, alpha, beta))
     return;
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();  // bound to the current stream
-  if (without_workspace(cuda_type(in_type), m, n, k))
+  if (without_workspace(cuda_type(in_type), compute, m, n, k))
     TORCH_CUDABLAS_CHECK(set_workspace()(handle, nullptr, 0));
   // cuBLAS's (M, N, K) = (n, m, k); its A is b, its B is a.
   TORCH_CUDABLAS_CHECK(strided_batched_gemm()(
