@@ -15,8 +15,9 @@ Each convolution's kernels are summed under the operator that launched them
 gradients) against customconv's `conv2d`, `conv2d_grad_input` and
 `conv2d_grad_weight`, so that layout changes made inside an operator count
 as its time on both sides. A row is a layer shape, (input, weight), with its
-count in the model; times are us a step, summed over the layers of that
-shape. The header gives all kernels a step, convolutions or not.
+count in the model; times are us a step (a forward with --inference), summed
+over the layers of that shape. The header gives all kernels a step,
+convolutions or not.
 """
 
 import argparse
@@ -76,10 +77,10 @@ def per_layer(step, x, reps):
     return layers, total
 
 
-def report(model_name, what, layout, eager, ours):
+def report(model_name, what, per, layout, eager, ours):
     (e, e_total), (o, o_total) = eager, ours
     print(f"\n### {model_name} {what}, {layout}: all kernels eager "
-          f"{e_total / 1000:.3f} ms, converted {o_total / 1000:.3f} ms a step\n")
+          f"{e_total / 1000:.3f} ms, converted {o_total / 1000:.3f} ms a {per}\n")
     print("| input | weight | layers | forward eager / ours | backward eager / ours (grad_input, grad_weight) |")
     print("|---|---|---:|---:|---:|")
     sums = [0.0] * 5
@@ -122,7 +123,7 @@ def main(argv):
             step = inference(model.eval()) if a.inference else train_step(model.train(), labels)
             runs.append(per_layer(step, x, a.reps))
         what = f"{a.dtype} inference" if a.inference else "float32 training step"
-        report(a.model, what, layout, *runs)
+        report(a.model, what, "forward" if a.inference else "step", layout, *runs)
 
 
 if __name__ == "__main__":
