@@ -28,6 +28,9 @@
 
 #include "ops/common/process_symbol.h"
 #include "ops/conv2d/cublaslt.h"
+#ifdef CUSTOMCONV_WITH_SM90A
+#include "ops/conv2d/tf32_gemm_sm90.h"
+#endif
 
 namespace customconv {
 namespace {
@@ -236,6 +239,16 @@ void batched_gemm_cuda(const at::Tensor& a_arg, const at::Tensor& b_arg, const a
   if (small &&
       lt_batched_gemm(a, oa, b, ob, c, ldc, c_batch_stride, batch, m, n, k, compute, alpha, beta))
     return;
+#ifdef CUSTOMCONV_WITH_SM90A
+  // Large row-major TF32 products on Hopper's warpgroup MMA (tf32_gemm_sm90.h).
+  if (batch == 1 && !accumulate && compute == CUBLAS_COMPUTE_32F_FAST_TF32 && a.stride(2) == 1 &&
+      b.stride(2) == 1 && c.stride(2) == 1 && tf32_gemm_sm90_takes(m, n, k) &&
+      tf32_gemm_sm90(a.const_data_ptr<float>(), a.stride(1), b.const_data_ptr<float>(), b.stride(1),
+                     c.mutable_data_ptr<float>(), c.stride(1), m, n, k, c.get_device(),
+                     at::cuda::getCurrentCUDAStream())) {
+    return;
+  }
+#endif
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();  // bound to the current stream
   if (without_workspace(cuda_type(in_type), compute, m, n, k))
     TORCH_CUDABLAS_CHECK(set_workspace()(handle, nullptr, 0));
