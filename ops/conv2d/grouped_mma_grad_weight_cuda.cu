@@ -29,7 +29,6 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kTaps = 9;    // 3x3 windows
-constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
 
 // One call's geometry, channels_last: input (n, h, w, c), grad_output
 // (n, p, q, c) (as many output channels as input channels), positions =
@@ -281,18 +280,7 @@ std::optional<at::Tensor> grouped_mma_conv2d_grad_weight(const at::Tensor& grad_
                                                  kSharedBytes<CG * GPB>, stream>>>(
         go.const_data_ptr<T>(), x.const_data_ptr<T>(), partial.mutable_data_ptr<float>(), g);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    const int threads = 256;
-    const unsigned blocks = unsigned(blocks_for(plane, threads));
-    if (unrounded) {
-      sum_planes_kernel<float, float><<<blocks, threads, 0, stream>>>(
-          partial.const_data_ptr<float>(), out.mutable_data_ptr<float>(), slices, plane, int(cg),
-          format != kChannelsLast);
-    } else {
-      sum_planes_kernel<float, T><<<blocks, threads, 0, stream>>>(
-          partial.const_data_ptr<float>(), out.mutable_data_ptr<T>(), slices, plane, int(cg),
-          format != kChannelsLast);
-    }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    sum_weight_planes<T>(partial, out, slices, plane, cg, stream);
   });
   return out;
 }

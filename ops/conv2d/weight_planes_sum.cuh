@@ -5,7 +5,13 @@
 // once, so that the result repeats bit for bit.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime.h>
+
 #include <cstdint>
+
+#include "ops/common/launch.h"
 
 namespace customconv {
 
@@ -31,6 +37,27 @@ __global__ void sum_planes_kernel(const Acc* __restrict__ partial, Out* __restri
     }
     out[o] = static_cast<Out>(sum);
   }
+}
+
+// The tensor-core 3x3 weight gradients' last launch: partial's float32
+// planes (slices, k, 3, 3, cg) summed into out (k, cg, 3, 3), of dtype T, or
+// float32 where a chunk of images keeps its sum unrounded, on `stream`.
+template <typename T>
+void sum_weight_planes(const at::Tensor& partial, const at::Tensor& out, int64_t slices,
+                       int64_t plane, int64_t cg, cudaStream_t stream) {
+  const int threads = 256;
+  const unsigned blocks = unsigned(blocks_for(plane, threads));
+  const bool reorder = !out.is_contiguous(at::MemoryFormat::ChannelsLast);
+  if (out.scalar_type() == at::kFloat) {
+    sum_planes_kernel<float, float><<<blocks, threads, 0, stream>>>(
+        partial.const_data_ptr<float>(), out.mutable_data_ptr<float>(), slices, plane, int(cg),
+        reorder);
+  } else {
+    sum_planes_kernel<float, T><<<blocks, threads, 0, stream>>>(
+        partial.const_data_ptr<float>(), out.mutable_data_ptr<T>(), slices, plane, int(cg),
+        reorder);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace customconv

@@ -1,34 +1,60 @@
-"""The weight gradient of ungrouped 16-bit 3x3 layers on tensor cores
+"""The weight gradient of ungrouped 3x3 layers on tensor cores
 (ops/conv2d/dense_mma.h: dense_mma_conv2d_grad_weight) against F.conv2d's in
-float64, within the bound of float32 sums of exact products rounded once:
-random strides, paddings, dilations, plane sizes, batch sizes, channel
-counts and layouts; ResNet-50's 3x3 layers; the memory format; a result
-that repeats bit for bit; a CUDA graph; and the layers left to the other
-routes."""
+float64: 16-bit within the bound of float32 sums of exact products rounded
+once, float32 (PyTorch's TF32 policy for convolutions on) within that of
+products of operands rounded to TF32. Random strides, paddings, dilations,
+plane sizes, batch sizes, channel counts and layouts; ResNet-50's 3x3
+layers; the memory format; a result that repeats bit for bit; a CUDA graph;
+and the layers left to the other routes (float32 with TF32 off among
+them)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from testlib import capture_and_replay, cuda, make_tensor, ops
+from testlib import TF32_ROUNDOFF, capture_and_replay, cuda, make_tensor, ops
 
 pytestmark = cuda
 
-DTYPES = [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id="bf16")]
-# The rounding of a result (float32 sums of exact products): half an ulp of
-# the dtype, with room for the float32 sums, relative to the sum of the
-# products' magnitudes.
-TOL = {torch.float16: 2.0**-9, torch.bfloat16: 2.0**-7}
+DTYPES = [pytest.param(torch.float16, id="f16"), pytest.param(torch.bfloat16, id="bf16"),
+          pytest.param(torch.float32, id="f32-tf32")]
+# The rounding of a result, relative to the sum of the products' magnitudes:
+# 16-bit (float32 sums of exact products) half an ulp of the dtype, with room
+# for the float32 sums; float32 two operands rounded to TF32 and the float32
+# sums.
+TOL = {torch.float16: 2.0**-9, torch.bfloat16: 2.0**-7, torch.float32: 4 * TF32_ROUNDOFF}
+
+
+@pytest.fixture(autouse=True)
+def tf32_for_float32(request):
+    """float32 cases run with PyTorch's TF32 policy for convolutions on (the
+    suite's default is off), as the kernel takes float32 only then."""
+    params = getattr(request.node, "callspec", None)
+    on = params is not None and params.params.get("dtype") == torch.float32
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = on or saved
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
 KERNEL = "dense_mma_grad_weight_kernel"
 # Where CUTLASS 3's Hopper weight gradient takes a layer instead (an sm_90
 # device, 16-bit, at most 6272 output positions, 128 or more output channels).
 SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
-def routed_here(positions, k):
+# Output positions of a 14x14 plane at N=32: float32 layers take the kernel
+# above this, and on sm_90 16-bit layers of 128 or more output channels
+# take CUTLASS 3's Hopper kernel up to it.
+SMALL_PLANE = 6272
+
+
+def routed_here(positions, k, dtype):
     """Whether the layer's weight gradient must run on this kernel (where the
-    Hopper kernel may take it, either is right)."""
-    return not (SM90 and positions <= 6272 and k >= 128)
+    Hopper kernel may take a 16-bit one, either is right)."""
+    if dtype == torch.float32:
+        return positions > SMALL_PLANE
+    return not (SM90 and positions <= SMALL_PLANE and k >= 128)
 
 
 def grad_weight_and_route(go, x, w, args):
@@ -71,16 +97,18 @@ def test_random_3x3_layers(dtype, idx, rng, gen, seed):
     padding = tuple(rng.randint(0, 2 * d) for d in dilation)
     size = tuple(2 * d + 1 + rng.randint(0, 40) for d in dilation)
     batch = rng.choice([1, 2, 3, 5, 9, 16])
+    oh, ow = (out_size(size[i], padding[i], dilation[i], stride[i]) for i in range(2))
+    if dtype == torch.float32:  # enough positions for the kernel to take it
+        batch = max(batch, SMALL_PLANE // (oh * ow) + 1)
     layout = rng.choice(["channels_last", "channels_last", "contiguous"])
     w_layout = rng.choice(["channels_last", "contiguous"])
     x = make_tensor((batch, c, *size), dtype, "cuda", layout, gen)
     w = make_tensor((k, c, 3, 3), dtype, "cuda", w_layout, gen)
-    oh, ow = (out_size(size[i], padding[i], dilation[i], stride[i]) for i in range(2))
     go = make_tensor((batch, k, oh, ow), dtype, "cuda", rng.choice(["channels_last", "contiguous"]), gen)
     args = (list(stride), list(padding), list(dilation), 1)
     ctx = f"seed={seed} x={tuple(x.shape)} k={k} args={args} layouts={layout},{w_layout}"
     got, ran = grad_weight_and_route(go, x, w, args)
-    assert ran is not False or not routed_here(batch * oh * ow, k), ctx
+    assert ran is not False or not routed_here(batch * oh * ow, k, dtype), ctx
     fmt = torch.channels_last if "channels_last" in (layout, w_layout) else torch.contiguous_format
     assert got.is_contiguous(memory_format=fmt), ctx
     check(got, go, x, w, args, dtype, ctx)
@@ -102,7 +130,7 @@ def test_resnet50_layers(dtype, layer, gen, seed):
     go = make_tensor((16, k, o, o), dtype, "cuda", "channels_last", gen)
     args = ([s, s], [1, 1], [1, 1], 1)
     got, ran = grad_weight_and_route(go, x, w, args)
-    assert ran is not False or not routed_here(16 * o * o, k), f"seed={seed}"
+    assert ran is not False or not routed_here(16 * o * o, k, dtype), f"seed={seed}"
     assert got.is_contiguous(memory_format=torch.channels_last)
     check(got, go, x, w, args, dtype, f"seed={seed} {layer}")
 
@@ -121,10 +149,11 @@ def test_the_weight_gradient_repeats_bit_for_bit(dtype, c, h, gen):
         assert torch.equal(ops.conv2d_grad_weight(go, x, w, *args), first)
 
 
-def test_backward_in_a_cuda_graph_on_a_side_stream(gen):
-    x = make_tensor((4, 64, 20, 20), torch.float16, "cuda", "channels_last", gen).requires_grad_()
-    w = make_tensor((64, 64, 3, 3), torch.float16, "cuda", "channels_last", gen).requires_grad_()
-    go = make_tensor((4, 64, 10, 10), torch.float16, "cuda", "channels_last", gen)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_backward_in_a_cuda_graph_on_a_side_stream(dtype, gen):
+    x = make_tensor((4, 64, 20, 20), dtype, "cuda", "channels_last", gen).requires_grad_()
+    w = make_tensor((64, 64, 3, 3), dtype, "cuda", "channels_last", gen).requires_grad_()
+    go = make_tensor((4, 64, 10, 10), dtype, "cuda", "channels_last", gen)
     args = ([2, 2], [1, 1], [1, 1], 1)
 
     def step():
@@ -133,14 +162,15 @@ def test_backward_in_a_cuda_graph_on_a_side_stream(gen):
 
     (got,), _graph = capture_and_replay(step, [x.detach()], gen)
     assert torch.equal(got, step()[0])
-    check(got, go, x.detach(), w.detach(), args, torch.float16, "graph")
+    check(got, go, x.detach(), w.detach(), args, dtype, "graph")
 
 
 @pytest.mark.parametrize("case", ["48-channels", "96-outputs", "groups", "5x5", "float32", "misaligned"])
 def test_layers_left_to_the_other_routes(case, gen):
     # Outside its conditions the weight gradient keeps the other routes and
     # is right: channel counts not multiples of 64, groups, other windows,
-    # float32, a view not 16-byte aligned.
+    # float32 with TF32 off (this suite's default), a view not 16-byte
+    # aligned.
     dtype = torch.float32 if case == "float32" else torch.float16
     c = 48 if case == "48-channels" else 128
     k = 96 if case == "96-outputs" else 128
