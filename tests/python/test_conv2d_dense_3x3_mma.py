@@ -135,6 +135,28 @@ def test_resnet50_layers(dtype, layer, gen, seed):
     check(got, go, x, w, args, dtype, f"seed={seed} {layer}")
 
 
+# (plane side, stride, dilation): planes wider than a chunk of positions
+# (112), of odd and prime widths (57, 61), several rows a chunk (14, 7 from
+# 14 at stride 2), larger strides and dilations, and an odd batch whose
+# positions leave the last chunk part empty.
+PLANES = [(112, 1, 1), (57, 1, 1), (61, 1, 1), (14, 1, 1), (14, 2, 1), (40, 3, 3), (23, 1, 2)]
+
+
+@pytest.mark.parametrize("plane", PLANES, ids=lambda p: "x".join(map(str, p)))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_plane_widths_and_chunk_rows(dtype, plane, gen, seed):
+    size, stride, dilation = plane
+    oh = out_size(size, dilation, dilation, stride)
+    batch = 3 if dtype != torch.float32 else max(3, SMALL_PLANE // (oh * oh) + 1) | 1
+    x = make_tensor((batch, 64, size, size), dtype, "cuda", "channels_last", gen)
+    w = make_tensor((64, 64, 3, 3), dtype, "cuda", "channels_last", gen)
+    go = make_tensor((batch, 64, oh, oh), dtype, "cuda", "channels_last", gen)
+    args = ([stride, stride], [dilation, dilation], [dilation, dilation], 1)
+    got, ran = grad_weight_and_route(go, x, w, args)
+    assert ran is not False, f"seed={seed}"
+    check(got, go, x, w, args, dtype, f"seed={seed} {plane} batch={batch}")
+
+
 @pytest.mark.parametrize("c, h", [(64, 56), (128, 28)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_weight_gradient_repeats_bit_for_bit(dtype, c, h, gen):
