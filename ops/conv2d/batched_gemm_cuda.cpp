@@ -73,17 +73,21 @@ Operand transposed_operand(const at::Tensor& t) {
   return {CUBLAS_OP_N, 0, 0, false};
 }
 
+// cuBLAS's function `name`, of type Fn, from the process (libtorch_cuda loads
+// cuBLAS); an error where it is not there.
+template <typename Fn>
+Fn cublas_function(const char* name) {
+  constexpr const char* kSoname = "libcublas.so." CUSTOMCONV_SYMBOL_STR(CUBLAS_VER_MAJOR);
+  void* sym = process_symbol(name, kSoname);
+  TORCH_CHECK(sym != nullptr, "customconv: cannot find ", name, " in the process (", kSoname,
+              " is loaded by libtorch_cuda)");
+  return reinterpret_cast<Fn>(sym);
+}
+
 using StridedBatchedGemmFn = decltype(&cublasGemmStridedBatchedEx_64);
 
 StridedBatchedGemmFn strided_batched_gemm() {
-  static const StridedBatchedGemmFn fn = [] {
-    constexpr const char* kSymbol = "cublasGemmStridedBatchedEx_64";
-    constexpr const char* kSoname = "libcublas.so." CUSTOMCONV_SYMBOL_STR(CUBLAS_VER_MAJOR);
-    void* sym = process_symbol(kSymbol, kSoname);
-    TORCH_CHECK(sym != nullptr, "customconv: cannot find ", kSymbol, " in the process (", kSoname,
-                " is loaded by libtorch_cuda)");
-    return reinterpret_cast<StridedBatchedGemmFn>(sym);
-  }();
+  static const auto fn = cublas_function<StridedBatchedGemmFn>("cublasGemmStridedBatchedEx_64");
   return fn;
 }
 
@@ -118,14 +122,7 @@ bool without_workspace(cudaDataType_t type, cublasComputeType_t compute, int64_t
 using SetWorkspaceFn = decltype(&cublasSetWorkspace_v2);
 
 SetWorkspaceFn set_workspace() {
-  static const SetWorkspaceFn fn = [] {
-    constexpr const char* kSymbol = "cublasSetWorkspace_v2";
-    constexpr const char* kSoname = "libcublas.so." CUSTOMCONV_SYMBOL_STR(CUBLAS_VER_MAJOR);
-    void* sym = process_symbol(kSymbol, kSoname);
-    TORCH_CHECK(sym != nullptr, "customconv: cannot find ", kSymbol, " in the process (", kSoname,
-                " is loaded by libtorch_cuda)");
-    return reinterpret_cast<SetWorkspaceFn>(sym);
-  }();
+  static const auto fn = cublas_function<SetWorkspaceFn>("cublasSetWorkspace_v2");
   return fn;
 }
 

@@ -47,7 +47,12 @@ MATCH_SCRIPT = textwrap.dedent(
              (5, 64, 64, 8, (3, 3), (1, 1), (1, 1), (24, 24), "contiguous"),
              (5, 128, 128, 32, (3, 3), (2, 2), (1, 1), (24, 24), "contiguous"),
              (5, 128, 128, 8, (3, 3), (1, 1), (1, 1), (20, 20), "contiguous"),
-             (3, 512, 512, 32, (3, 3), (2, 2), (1, 1), (14, 14), "contiguous")]
+             (3, 512, 512, 32, (3, 3), (2, 2), (1, 1), (14, 14), "contiguous"),
+             (3, 64, 64, 1, (3, 3), (1, 1), (1, 1), (56, 56), "contiguous")]
+    # The last case's weight gradient runs the dense 3x3 tensor-core kernel
+    # (dense_mma.h) in every dtype, float32 included (over 6272 positions),
+    # a chunk of one image at a time.
+    dense_case = (64, 64, (3, 3), (56, 56))
     def close_in_norm(got, want, rel, what):
         err = float((got.double() - want).norm() / want.norm())
         assert err <= rel, f"{ctx} {what}: relative error {err:.3g} in the 2-norm"
@@ -78,6 +83,8 @@ MATCH_SCRIPT = textwrap.dedent(
                 names = kernels_launched(
                     lambda: ops.conv2d_grad_weight(g, x.detach(), w.detach(), *cfg.args()))
                 assert "im2col" not in names, f"{ctx}: the column route ran: {names}"
+                if (c, k, ks, plane) == dense_case:
+                    assert "dense_mma_grad_weight" in names, f"{ctx}: {names}"
             first = ops.conv2d_grad_weight(g, x.detach(), w.detach(), *cfg.args())
             again = ops.conv2d_grad_weight(g, x.detach(), w.detach(), *cfg.args())
             assert torch.equal(first, again), ctx
