@@ -21,8 +21,8 @@ __device__ __forceinline__ uint32_t to_tf32(uint32_t bits) {
 
 // float32 bits rounded to TF32 for mma_16x8<float>: half of TF32's last
 // unit added to the magnitude, the 13 bits below it left for the instruction
-// to drop (to nearest, ties away, in one integer add; infinities stay
-// infinite, and so do NaNs whose payload lies only in those 13 bits).
+// to drop (to nearest, ties away, in one integer add). Infinities stay
+// infinite; a NaN whose payload lies only in those 13 bits reads as one.
 __device__ __forceinline__ uint32_t tf32_operand(float v) { return __float_as_uint(v) + 0x1000u; }
 
 // D = A * B + D on one 16 x 8 tile in float32: A 16 x k (row-major
