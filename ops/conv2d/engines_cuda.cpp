@@ -373,6 +373,21 @@ bool direct_grad_weight_first(const at::Tensor& input, const Conv2dShape<int64_t
   return s.groups >= (input.element_size() == 2 ? 32 : 8);
 }
 
+// Whether an ungrouped weight gradient goes to the column route (im2col +
+// cuBLAS) before the engines: NCHW 3x3 layers of 512 or more input channels
+// over at most 6272 output positions (a 14x14 plane at N=32), whose
+// reduction is short against their 9 C columns. On an H200 at N=32, us,
+// engines / column route (cuDNN): ResNet-50's 512-channel 3x3 layer at 7x7
+// in float32 (TF32) 102.7 / 52.8 (72.1), from 14x14 at stride 2 108.0 /
+// 56.0 (79.6), in float16 57.5 / 39.8 (38.8) and 60.9 / 41.3 (41.1); its
+// 256-channel layers at 14x14 74.3 / 118.6 in float32, so they stay. In
+// channels_last the engines stay faster (float32 at 7x7 80.2 / 76.9, from
+// 14x14 80.4 / 96.9; float16 28.1 / 55.7).
+bool column_route_grad_weight_first(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
+  return s.win.kh == 3 && s.win.kw == 3 && s.in.c >= 512 && s.in.n * s.oh * s.ow <= 6272 &&
+         !input.is_contiguous(at::MemoryFormat::ChannelsLast);
+}
+
 }  // namespace
 
 std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_output,
@@ -415,6 +430,7 @@ std::optional<at::Tensor> cuda_conv2d_grad_weight_engine(const at::Tensor& grad_
   // Hopper kernel's 21 and 28. float32 (TF32) layers on large planes too:
   // on an H200, channels_last, 64 channels at 56x56 83.7 against 121.3 (cuDNN
   // 86.7), 128 channels at 28x28 67.5 against 77.8 (60.1).
+  if (column_route_grad_weight_first(input, s)) return std::nullopt;
 #ifdef CUSTOMCONV_WITH_CUTLASS
   const bool on_hopper = implicit_gemm_wgrad_on_hopper(input, s);
 #else

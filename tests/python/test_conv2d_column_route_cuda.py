@@ -5,12 +5,15 @@ is regrouped the other way for the gradients; the weight gradient's partial
 products (per image, or per slice of a long reduction) are summed and
 rounded by the plane-sum kernel (weight_planes_sum.cuh). Each case matches
 float64 F.conv2d in every pass, runs the kernel it is meant to exercise, and
-gives the same weight gradient, bit for bit, on a second run."""
+gives the same weight gradient, bit for bit, on a second run. NCHW 3x3
+weight gradients of 512 channels on small planes come here before the
+engines."""
 
 import pytest
 import torch
 
-from testlib import ConvConfig, check_conv_case, dtype_name, kernels_launched, make_tensor, ops
+from testlib import (TF32_ROUNDOFF, ConvConfig, check_conv_case, conv2d_gradients_and_bounds, dtype_name,
+                     kernels_launched, make_tensor, ops)
 
 pytestmark = pytest.mark.cuda
 
@@ -66,3 +69,30 @@ def test_column_route_runs_its_kernels_and_repeats_bitwise(case, dtype, gen):
     first = ops.conv2d_grad_weight(g, x.detach(), w.detach(), *cfg.args())
     again = ops.conv2d_grad_weight(g, x.detach(), w.detach(), *cfg.args())
     assert torch.equal(first, again)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=dtype_name)
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_nchw_weight_gradients_of_512_channels_on_small_planes(dtype, layout, gen, seed):
+    # NCHW 3x3 layers of 512 input channels over few positions take the
+    # column route's weight gradient (im2col + cuBLAS, engines_cuda.cpp),
+    # float32 with TF32 allowed too; channels_last ones keep the engines.
+    x = make_tensor((4, 512, 9, 9), dtype, "cuda", layout, gen)
+    w = make_tensor((512, 512, 3, 3), dtype, "cuda", layout, gen)
+    go = make_tensor((4, 512, 7, 7), dtype, "cuda", layout, gen)
+    args = ([1, 1], [0, 0], [1, 1], 1)
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        names = kernels_launched(lambda: ops.conv2d_grad_weight(go, x, w, *args))
+        got = ops.conv2d_grad_weight(go, x, w, *args)
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    if names:  # (none under compute-sanitizer)
+        assert ("im2col" in names) == (layout == "contiguous"), names
+    (_, want), (_, bound) = conv2d_gradients_and_bounds(go, x, w)
+    # TF32 products (two operands rounded) or float32 sums of exact 16-bit
+    # products rounded to float16 once, relative to the sum of |terms|.
+    tol = 4 * TF32_ROUNDOFF if dtype == torch.float32 else 2.0**-9
+    err = (got.double() - want).abs() - tol * bound
+    assert bool((err <= 1e-6).all()), f"seed={seed} {layout}: worst {float(err.max())}"
