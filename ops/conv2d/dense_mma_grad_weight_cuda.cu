@@ -21,6 +21,7 @@
 #include "ops/common/mma_sync.cuh"
 #include "ops/common/relayout_cuda.h"
 #include "ops/conv2d/image_chunks.h"
+#include "ops/conv2d/small_plane.h"
 #include "ops/conv2d/weight_planes_sum.cuh"
 
 namespace customconv {
@@ -36,9 +37,6 @@ constexpr int kStages = 3;
 // float32 values a warp's scalar loads read at 4 positions and 8 channels
 // (pitches of 8 words modulo 32).
 constexpr int kPitch = kBlockC + 8;
-// Output positions of a 14x14 plane at N=32: float32 layers with at most
-// this many go to the other routes (takes).
-constexpr int64_t kSmallPlanePositions = 6272;
 
 // Per dtype: positions a stage (kChunk) and an mma step (kStep), elements a
 // 16-byte vector. 16-bit: 64 and 16 (m16n8k16); float32 as TF32: 32 and 8
@@ -260,7 +258,7 @@ bool takes(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
     // 28x28 67.5 / 77.8 / 60.1; on 14x14 planes 72.5 / 61.2 / 57.6 and at
     // 7x7 92.0 / 80.5 / 52.8, whose few positions leave this kernel too few
     // blocks.
-    if (s.in.n * s.oh * s.ow <= kSmallPlanePositions) return false;
+    if (small_plane(s)) return false;
   } else if (dtype != at::kHalf && dtype != at::kBFloat16) {
     return false;
   }

@@ -1,8 +1,7 @@
-#include "ops/conv2d/conv2d.h"
-
 #include <algorithm>
 
 #include "ops/common/relayout_cuda.h"
+#include "ops/conv2d/conv2d.h"
 #include "ops/conv2d/dense_mma.h"
 #include "ops/conv2d/grouped_direct.h"
 #include "ops/conv2d/grouped_mma.h"
@@ -12,6 +11,7 @@
 #include "ops/conv2d/pointwise_gemm.h"
 #include "ops/conv2d/pointwise_tf32_channels_last.h"
 #include "ops/conv2d/pointwise_tf32_nchw.h"
+#include "ops/conv2d/small_plane.h"
 #include "ops/conv2d/stem_direct.h"
 #include "ops/conv2d/strided_pointwise.h"
 #include "ops/conv2d/tiny_direct.h"
@@ -384,7 +384,7 @@ bool direct_grad_weight_first(const at::Tensor& input, const Conv2dShape<int64_t
 // channels_last the engines stay faster (float32 at 7x7 80.2 / 76.9, from
 // 14x14 80.4 / 96.9; float16 28.1 / 55.7).
 bool column_route_grad_weight_first(const at::Tensor& input, const Conv2dShape<int64_t>& s) {
-  return s.win.kh == 3 && s.win.kw == 3 && s.in.c >= 512 && s.in.n * s.oh * s.ow <= 6272 &&
+  return s.win.kh == 3 && s.win.kw == 3 && s.in.c >= 512 && small_plane(s) &&
          !input.is_contiguous(at::MemoryFormat::ChannelsLast);
 }
 

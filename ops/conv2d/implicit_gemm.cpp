@@ -4,6 +4,13 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <tuple>
+#include <utility>
+#include <vector>
+
 #include "ops/common/launch.h"
 #include "ops/common/relayout_cuda.h"
 #include "ops/common/workspace.h"
@@ -12,14 +19,8 @@
 #include "ops/conv2d/halo_plan.h"
 #include "ops/conv2d/image_chunks.h"
 #include "ops/conv2d/rotated_weight.h"
+#include "ops/conv2d/small_plane.h"
 #include "ops/conv2d/space_to_depth_cuda.h"
-
-#include <algorithm>
-#include <cstdint>
-#include <limits>
-#include <tuple>
-#include <utility>
-#include <vector>
 
 namespace customconv {
 namespace {
@@ -153,17 +154,16 @@ bool is_sm90(int device) {
 // 128-row tiles are half empty there (56x56 3x3 64 -> 64: 0.221 ms on 128 x
 // 128, 0.128 on 64 x 64 with 120 slices; cuDNN 0.087).
 using implicit_gemm::WgradTile;
-constexpr int64_t kSmallPlane = 6272;  // output positions of a 14x14 plane at N=32
 
 WgradTile wgrad_tile(const at::Tensor& input, const Conv2dShape<int64_t>& s, bool sm90) {
   const int64_t positions = s.in.n * s.oh * s.ow;
   const bool pointwise = s.win.kh == 1 && s.win.kw == 1;
   if (input.scalar_type() == at::kFloat) {
-    if (positions <= kSmallPlane) return WgradTile::kWide;
+    if (positions <= kSmallPlanePositions) return WgradTile::kWide;
     if (s.k <= 64) return WgradTile::kSmall;
     return pointwise ? WgradTile::kWide : WgradTile::kLarge;
   }
-  if (sm90 && positions <= kSmallPlane && s.k >= 128) return WgradTile::kSm90;
+  if (sm90 && positions <= kSmallPlanePositions && s.k >= 128) return WgradTile::kSm90;
   if (s.k <= 64) return WgradTile::kSmall;
   if (pointwise) return WgradTile::kNarrow;
   return WgradTile::kLarge;
